@@ -1,0 +1,39 @@
+# Epochal -- every target documents itself: `make help`.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export PYSPARK_PYTHON := $(abspath $(BIN)/python)
+
+.DEFAULT_GOAL := help
+
+help: ## List the targets
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+
+$(BIN)/python:
+	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+
+$(STAMP): $(BIN)/python pyproject.toml constraints.txt
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install Epochal with its pinned, tested dependencies
+
+lint: $(STAMP) ## ruff, import-linter (layer rules) and mypy (strict on state_store)
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	$(BIN)/mypy state_store spark_jobs
+
+test: lint ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow)
+	$(BIN)/pytest
+
+demo: $(STAMP) ## Run the example pipeline end to end on the embedded default (local store)
+	$(BIN)/epochal demo --store file://$(abspath .demo-store)
+
+clean: ## Remove the venv, caches and demo output
+	rm -rf $(VENV) .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+
+.PHONY: help install lint test demo clean

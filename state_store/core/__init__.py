@@ -1,0 +1,108 @@
+"""The pure protocol core: standard library only, no I/O of its own, no clock reads.
+
+Storage, time and fault injection come in through the ports (``state_store.core.ports``).
+"""
+
+from state_store.core.cleaner import apply_retention
+from state_store.core.codec import FORMAT_VERSION, ManifestError, UnsupportedFormatVersion
+from state_store.core.completed import (
+    CheckpointVerificationError,
+    CompletedCheckpoint,
+    CompletedCheckpointStore,
+    RecoveryReport,
+    load_completed,
+)
+from state_store.core.config import CheckpointConfig, InvalidConfigError
+from state_store.core.coordinator import CheckpointCoordinator, CompletionResult, Gate, MasterHook
+from state_store.core.failures import CheckpointException, CheckpointFailureReason, JobFailedError
+from state_store.core.history import CheckpointSummary, checkpoint_history
+from state_store.core.layout import InvalidNameError, JobLayout, validate_name
+from state_store.core.manifests import (
+    AckRecord,
+    AttemptRecord,
+    CompletedMetadata,
+    DecisionRecord,
+    DeclineRecord,
+    JobRecord,
+    LatestPointer,
+    Outcome,
+    PendingRecord,
+    StateHandle,
+    TaskId,
+)
+from state_store.core.pending import AckResult, IllegalCheckpointState, PendingCheckpoint, PendingState
+from state_store.core.ports import (
+    NO_KILL,
+    Clock,
+    KillSwitch,
+    ObjectAlreadyExists,
+    ObjectData,
+    ObjectInfo,
+    ObjectNotFound,
+    ObjectStore,
+    StoreError,
+    TransientStoreError,
+    VersionMismatch,
+)
+from state_store.core.properties import CheckpointProperties, RetentionPolicy
+from state_store.core.responder import TaskCheckpointResponder
+from state_store.core.retention import CheckpointFacts, RetentionInputs, RetentionPlan, plan_retention
+
+__all__ = [
+    "FORMAT_VERSION",
+    "NO_KILL",
+    "AckRecord",
+    "AckResult",
+    "AttemptRecord",
+    "CheckpointConfig",
+    "CheckpointCoordinator",
+    "CheckpointException",
+    "CheckpointFacts",
+    "CheckpointFailureReason",
+    "CheckpointProperties",
+    "CheckpointSummary",
+    "CheckpointVerificationError",
+    "Clock",
+    "CompletedCheckpoint",
+    "CompletedCheckpointStore",
+    "CompletedMetadata",
+    "CompletionResult",
+    "DecisionRecord",
+    "DeclineRecord",
+    "Gate",
+    "IllegalCheckpointState",
+    "InvalidConfigError",
+    "InvalidNameError",
+    "JobFailedError",
+    "JobLayout",
+    "JobRecord",
+    "KillSwitch",
+    "LatestPointer",
+    "ManifestError",
+    "MasterHook",
+    "ObjectAlreadyExists",
+    "ObjectData",
+    "ObjectInfo",
+    "ObjectNotFound",
+    "ObjectStore",
+    "Outcome",
+    "PendingCheckpoint",
+    "PendingRecord",
+    "PendingState",
+    "RecoveryReport",
+    "RetentionInputs",
+    "RetentionPlan",
+    "RetentionPolicy",
+    "StateHandle",
+    "StoreError",
+    "TaskCheckpointResponder",
+    "TaskId",
+    "TransientStoreError",
+    "UnsupportedFormatVersion",
+    "VersionMismatch",
+    "apply_retention",
+    "checkpoint_history",
+    "load_completed",
+    "plan_retention",
+    "validate_name",
+]

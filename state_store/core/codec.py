@@ -1,0 +1,148 @@
+"""Versioned, self-checksummed JSON documents for frozen dataclasses (stdlib only).
+
+Every document the protocol writes has this envelope::
+
+    {"format_version": 1, "kind": "<kind>", "body": {...}, "sha256": "<hex>"}
+
+``sha256`` is the SHA-256 of the canonical JSON of ``body`` (sorted keys, no spaces), so a torn,
+truncated or bit-flipped document is detected even when it still parses. Decoding refuses, with a
+:class:`ManifestError` naming the object and the remedy: invalid JSON, a wrong kind, a checksum
+mismatch, a missing or mistyped field, and a ``format_version`` newer than :data:`FORMAT_VERSION`
+(:class:`UnsupportedFormatVersion`).
+
+Field types understood by the reflective decoder: ``int``, ``float``, ``str``, ``bool``, enums
+(by value), nested frozen dataclasses, ``tuple[X, ...]``, ``X | None``, and ``dict`` (any JSON
+object, copied as is).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import hashlib
+import json
+import types
+import typing
+from typing import Any, TypeVar
+
+FORMAT_VERSION = 1
+_REMEDY = "do not edit checkpoint files by hand; restore from an earlier checkpoint or a savepoint"
+
+T = TypeVar("T")
+
+
+class ManifestError(ValueError):
+    """A stored document that cannot be trusted (corrupt, truncated, wrong kind or checksum)."""
+
+
+class UnsupportedFormatVersion(ManifestError):
+    """A document written by a newer Epochal than this one."""
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def canonical_json(value: Any) -> bytes:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
+
+
+def to_jsonable(value: Any) -> Any:
+    """Turn dataclasses, enums and tuples into plain JSON values."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, (tuple, list)):
+        return [to_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): to_jsonable(v) for k, v in value.items()}
+    return value
+
+
+def encode_document(kind: str, record: Any) -> bytes:
+    """Serialize ``record`` (a dataclass) into the checksummed envelope."""
+    body = to_jsonable(record)
+    envelope = {
+        "format_version": FORMAT_VERSION,
+        "kind": kind,
+        "body": body,
+        "sha256": sha256_hex(canonical_json(body)),
+    }
+    return json.dumps(envelope, sort_keys=True, indent=1).encode() + b"\n"
+
+
+def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:
+    """Parse and verify an envelope written by :func:`encode_document`; see module docstring."""
+    try:
+        envelope = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ManifestError(
+            f"{kind} document {key!r} is not valid JSON (truncated or corrupt: {exc}); {_REMEDY}"
+        ) from None
+    if not isinstance(envelope, dict):
+        raise ManifestError(f"{kind} document {key!r} is not a JSON object; {_REMEDY}")
+    version = envelope.get("format_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        raise ManifestError(f"{kind} document {key!r} has no integer format_version; {_REMEDY}")
+    if version > FORMAT_VERSION:
+        raise UnsupportedFormatVersion(
+            f"{kind} document {key!r} has format_version {version}, newer than this Epochal supports "
+            f"({FORMAT_VERSION}): upgrade Epochal to read it"
+        )
+    if version < 1:
+        raise ManifestError(f"{kind} document {key!r} has invalid format_version {version}; {_REMEDY}")
+    if envelope.get("kind") != kind:
+        raise ManifestError(
+            f"document {key!r} is a {envelope.get('kind')!r} document, expected {kind!r}; {_REMEDY}"
+        )
+    body = envelope.get("body")
+    if sha256_hex(canonical_json(body)) != envelope.get("sha256"):
+        raise ManifestError(f"{kind} document {key!r} fails its checksum (torn or altered); {_REMEDY}")
+    try:
+        return _decode(cls, body)
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ManifestError(f"{kind} document {key!r} has an invalid body ({exc}); {_REMEDY}") from None
+
+
+def _decode(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _decode(args[0], value)
+    if origin is tuple:
+        (item_tp, _ellipsis) = typing.get_args(tp)
+        if not isinstance(value, list):
+            raise TypeError(f"expected a list, got {type(value).__name__}")
+        return tuple(_decode(item_tp, v) for v in value)
+    if origin is dict or tp is dict:
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object, got {type(value).__name__}")
+        return dict(value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        hints = typing.get_type_hints(tp)
+        kwargs = {}
+        for f in dataclasses.fields(tp):
+            if f.name not in value:
+                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+                    continue
+                raise KeyError(f"missing field {f.name!r}")
+            kwargs[f.name] = _decode(hints[f.name], value[f.name])
+        return tp(**kwargs)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp(value)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"expected a number, got {value!r}")
+        return float(value)
+    if tp in (int, str, bool):
+        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+            raise TypeError(f"expected {tp.__name__}, got {value!r}")
+        return value
+    if tp is Any:
+        return value
+    raise TypeError(f"unsupported field type {tp!r}")

@@ -1,0 +1,220 @@
+"""Completed checkpoints: verification, the bounded newest-first store, and recovery from storage.
+
+A checkpoint *n* is complete iff ``chk-n/_metadata.json`` exists and **verifies**: the document
+passes its checksum and every state file it references exists with the recorded size (and, on a
+deep verification, the recorded SHA-256).
+
+Recovery rule (deterministic: the same storage always gives the same answer)
+---------------------------------------------------------------------------
+1. Candidates: completed, verifying, non-savepoint, non-quarantined checkpoints.
+2. Eligible: candidates of the job's current generation, plus the checkpoint the current
+   generation was restored from (``_job.json.restored_from``). Without ``_job.json``: all.
+3. The newest eligible checkpoint wins. ``LATEST`` is the fast path and a monotonic hint: when it
+   is missing, stale (a crash between ``_metadata.json`` and the pointer move) or corrupt, the rule
+   above still gives the answer, and the pointer is never needed to decide completion.
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from state_store.core import documents
+from state_store.core.codec import ManifestError, sha256_hex
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import CompletedMetadata, JobRecord, LatestPointer
+from state_store.core.ports import ObjectNotFound, ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedCheckpoint:
+    metadata: CompletedMetadata
+    metadata_key: str
+    metadata_sha256: str
+
+    @property
+    def checkpoint_id(self) -> int:
+        return self.metadata.checkpoint_id
+
+    @property
+    def generation(self) -> int:
+        return self.metadata.generation
+
+    @property
+    def is_savepoint(self) -> bool:
+        return self.metadata.properties.savepoint
+
+
+class CheckpointVerificationError(Exception):
+    """A completed checkpoint whose files do not match its metadata."""
+
+
+def verify_handles(store: ObjectStore, metadata: CompletedMetadata, *, deep: bool) -> list[str]:
+    """Return one problem line per state file that is missing, has another size, or (``deep``)
+    another SHA-256 than the metadata records. Empty list: the checkpoint verifies."""
+    problems: list[str] = []
+    for handle in metadata.handles:
+        if deep:
+            try:
+                data = store.get(handle.key).data
+            except ObjectNotFound:
+                problems.append(f"state file {handle.key} is missing")
+                continue
+            if len(data) != handle.size:
+                problems.append(f"state file {handle.key} has {len(data)} bytes, metadata says {handle.size}")
+            elif hashlib.sha256(data).hexdigest() != handle.sha256:
+                problems.append(
+                    f"state file {handle.key} has sha256 {hashlib.sha256(data).hexdigest()}, "
+                    f"metadata says {handle.sha256}"
+                )
+            continue
+        info = store.head(handle.key)
+        if info is None:
+            problems.append(f"state file {handle.key} is missing")
+        elif info.size != handle.size:
+            problems.append(f"state file {handle.key} has {info.size} bytes, metadata says {handle.size}")
+    return problems
+
+
+def load_completed(
+    store: ObjectStore, layout: JobLayout, checkpoint_id: int, *, deep: bool = False
+) -> CompletedCheckpoint:
+    """Load and verify checkpoint ``checkpoint_id``; raise ObjectNotFound, ManifestError or
+    CheckpointVerificationError with a message that names the file and the remedy."""
+    key = layout.metadata(checkpoint_id)
+    raw = store.get(key)
+    metadata = documents.decode(raw.data, CompletedMetadata, key=key)
+    if metadata.checkpoint_id != checkpoint_id or metadata.job_id != layout.job_id:
+        raise ManifestError(
+            f"metadata document {key!r} describes job {metadata.job_id!r} checkpoint "
+            f"{metadata.checkpoint_id}; it was moved or altered: restore from another checkpoint"
+        )
+    problems = verify_handles(store, metadata, deep=deep)
+    if problems:
+        raise CheckpointVerificationError(
+            f"checkpoint {checkpoint_id} of job {layout.job_id} failed verification: {problems[0]}"
+            + (f" (and {len(problems) - 1} more)" if len(problems) > 1 else "")
+            + f"; restore from checkpoint {checkpoint_id - 1} or a savepoint"
+        )
+    return CompletedCheckpoint(metadata, key, sha256_hex(raw.data))
+
+
+def completed_ids(store: ObjectStore, layout: JobLayout) -> list[int]:
+    """Ids of every checkpoint with a ``_metadata.json`` (verifying or not), ascending."""
+    ids = {
+        layout.checkpoint_id_of(info.key)
+        for info in store.list(layout.checkpoints_prefix)
+        if info.key.endswith("/_metadata.json")
+    }
+    return sorted(i for i in ids if i is not None)
+
+
+def quarantined_ids(store: ObjectStore, layout: JobLayout) -> set[int]:
+    ids = {
+        layout.checkpoint_id_of(info.key)
+        for info in store.list(layout.checkpoints_prefix)
+        if info.key.endswith("/_quarantined.json")
+    }
+    return {i for i in ids if i is not None}
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What recovery saw: the chosen checkpoint and every candidate it skipped, with why."""
+
+    chosen: int | None
+    pointer: int | None
+    skipped: tuple[str, ...] = field(default=())
+
+
+class CompletedCheckpointStore:
+    """Bounded, newest-first queue of the retained completed checkpoints (seed 002: N handles).
+
+    ``add`` returns the checkpoints that fell out of the queue; deleting their files is the
+    cleaner's job (retention), never the store's.
+    """
+
+    def __init__(self, max_retained: int) -> None:
+        if max_retained < 1:
+            raise ValueError(f"max_retained={max_retained} is invalid: keep at least 1 checkpoint")
+        self.max_retained = max_retained
+        self._queue: collections.deque[CompletedCheckpoint] = collections.deque()
+
+    def add(self, checkpoint: CompletedCheckpoint) -> list[CompletedCheckpoint]:
+        if any(c.checkpoint_id == checkpoint.checkpoint_id for c in self._queue):
+            return []
+        self._queue.append(checkpoint)
+        ordered = sorted(self._queue, key=lambda c: c.checkpoint_id, reverse=True)
+        self._queue = collections.deque(ordered[: self.max_retained])
+        return ordered[self.max_retained :]
+
+    def latest(self) -> CompletedCheckpoint | None:
+        return self._queue[0] if self._queue else None
+
+    def __iter__(self) -> Iterator[CompletedCheckpoint]:
+        return iter(self._queue)
+
+    def __len__(self) -> int:
+        return len(self._queue)
+
+    @classmethod
+    def recover(
+        cls, store: ObjectStore, layout: JobLayout, max_retained: int, *, deep: bool = False
+    ) -> tuple[CompletedCheckpointStore, RecoveryReport]:
+        """Rebuild the queue from storage alone (see the module's recovery rule)."""
+        result = cls(max_retained)
+        skipped: list[str] = []
+        job = _read_job(store, layout, skipped)
+        pointer = _read_pointer(store, layout, skipped)
+        quarantined = quarantined_ids(store, layout)
+        eligible: list[CompletedCheckpoint] = []
+        for checkpoint_id in sorted(completed_ids(store, layout), reverse=True):
+            if len(eligible) >= max_retained:
+                break
+            if checkpoint_id in quarantined:
+                skipped.append(f"checkpoint {checkpoint_id}: quarantined by validation")
+                continue
+            try:
+                cp = load_completed(store, layout, checkpoint_id, deep=deep)
+            except (ManifestError, CheckpointVerificationError, ObjectNotFound) as exc:
+                skipped.append(f"checkpoint {checkpoint_id}: {exc}")
+                continue
+            if cp.is_savepoint:
+                continue
+            if job is not None and cp.generation != job.generation and checkpoint_id != job.restored_from:
+                skipped.append(
+                    f"checkpoint {checkpoint_id}: generation {cp.generation} precedes the restore "
+                    f"to checkpoint {job.restored_from} (generation {job.generation})"
+                )
+                continue
+            eligible.append(cp)
+        for cp in _oldest_first(eligible):
+            result.add(cp)
+        latest = result.latest()
+        return result, RecoveryReport(
+            chosen=latest.checkpoint_id if latest else None,
+            pointer=pointer.checkpoint_id if pointer else None,
+            skipped=tuple(skipped),
+        )
+
+
+def _oldest_first(items: Iterable[CompletedCheckpoint]) -> list[CompletedCheckpoint]:
+    return sorted(items, key=lambda c: c.checkpoint_id)
+
+
+def _read_job(store: ObjectStore, layout: JobLayout, skipped: list[str]) -> JobRecord | None:
+    try:
+        return documents.read_optional(store, layout.job_record, JobRecord)
+    except ManifestError as exc:
+        skipped.append(f"job record: {exc}")
+        return None
+
+
+def _read_pointer(store: ObjectStore, layout: JobLayout, skipped: list[str]) -> LatestPointer | None:
+    try:
+        return documents.read_optional(store, layout.latest, LatestPointer)
+    except ManifestError as exc:
+        skipped.append(f"LATEST pointer ignored: {exc}")
+        return None

@@ -1,0 +1,65 @@
+"""Checkpoint history rebuilt from storage (for the CLI, the demo and the monitoring views)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from state_store.core import documents
+from state_store.core.codec import ManifestError
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import CompletedMetadata, DecisionRecord, Outcome, PendingRecord
+from state_store.core.ports import ObjectNotFound, ObjectStore
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointSummary:
+    checkpoint_id: int
+    status: str  # completed | aborted | in_progress | completing | unreadable
+    trigger_ms: int
+    end_ms: int | None
+    acked: int
+    expected: int
+    state_bytes: int
+    savepoint: bool
+    generation: int
+    reason: str = ""
+
+    @property
+    def duration_ms(self) -> int | None:
+        return None if self.end_ms is None else self.end_ms - self.trigger_ms
+
+
+def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummary]:
+    """One summary per allocated checkpoint id still in storage, ascending."""
+    layout = JobLayout(job_id)
+    ids = sorted(
+        {
+            i
+            for info in store.list(layout.checkpoints_prefix)
+            if info.key.endswith("/_pending.json") and (i := layout.checkpoint_id_of(info.key)) is not None
+        }
+    )
+    rows = []
+    for i in ids:
+        try:
+            pending = documents.read(store, layout.pending(i), PendingRecord)
+            decision = documents.read_optional(store, layout.decision(i), DecisionRecord)
+            meta = documents.read_optional(store, layout.metadata(i), CompletedMetadata)
+        except (ManifestError, ObjectNotFound) as exc:
+            rows.append(CheckpointSummary(i, "unreadable", 0, None, 0, 0, 0, False, 0, str(exc)))
+            continue
+        acks = {info.key for info in store.list(layout.acks_prefix(i))}
+        expected = len(pending.expected)
+        common = (pending.trigger_ms,)
+        if meta is not None:
+            rows.append(CheckpointSummary(i, "completed", *common, meta.completed_ms, expected, expected,
+                                          meta.state_size, meta.properties.savepoint, meta.generation))
+        elif decision is not None and decision.outcome is Outcome.ABORT:
+            rows.append(CheckpointSummary(i, "aborted", *common, decision.decided_ms, min(len(acks), expected),
+                                          expected, 0, pending.properties.savepoint, pending.generation,
+                                          f"{decision.reason}: {decision.message}"))
+        else:
+            status = "completing" if decision is not None else "in_progress"
+            rows.append(CheckpointSummary(i, status, *common, None, min(len(acks), expected), expected, 0,
+                                          pending.properties.savepoint, pending.generation))
+    return rows

@@ -1,0 +1,182 @@
+"""The JSON documents of the checkpoint protocol (all versioned and self-checksummed, see codec).
+
+| document          | key (layout)                       | written by   | how          |
+|-------------------|------------------------------------|--------------|--------------|
+| JobRecord         | ``_job.json``                      | coordinator  | create / CAS |
+| PendingRecord     | ``chk-n/_pending.json``            | trigger      | create-only (allocates id n) |
+| AttemptRecord     | ``chk-n/attempts/<a>.json``        | run_epoch    | create-only (allocates attempt a) |
+| AckRecord         | ``chk-n/acks/<uid>/<st>-a<a>.json``| subtask      | create-only  |
+| DeclineRecord     | ``chk-n/declines/...``             | subtask      | create-only  |
+| CompletedMetadata | ``chk-n/_metadata.json``           | complete     | create-only (the commit point) |
+| DecisionRecord    | ``chk-n/_decision.json``           | complete/abort | create-only (commit or abort, once) |
+| LatestPointer     | ``LATEST``                         | complete     | CAS, never backwards |
+
+Every referenced state file appears as a :class:`StateHandle` with its byte size and SHA-256.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any
+
+from state_store.core.properties import CheckpointProperties
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class TaskId:
+    """One subtask of one operator that must acknowledge: ``uid`` x ``subtask``."""
+
+    uid: str
+    subtask: int
+
+    def __str__(self) -> str:
+        return f"{self.uid}/{self.subtask}"
+
+
+@dataclass(frozen=True, slots=True)
+class StateHandle:
+    """A state file: its key (relative to the store root), byte size and SHA-256."""
+
+    key: str
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """``_job.json``: the generation (bumped by every restore, fences zombies) and what it was
+    restored from (0: never restored)."""
+
+    job_id: str
+    generation: int
+    max_parallelism: int = 128
+    fingerprint: str = ""
+    created_ms: int = 0
+    restored_from: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class PendingRecord:
+    checkpoint_id: int
+    job_id: str
+    generation: int
+    owner: str
+    trigger_ms: int
+    deadline_ms: int
+    properties: CheckpointProperties
+    expected: tuple[TaskId, ...]
+    positions: dict[str, Any] = field(default_factory=dict)
+    master_states: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptRecord:
+    checkpoint_id: int
+    attempt: int
+    generation: int
+    started_ms: int
+    owner: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckRecord:
+    checkpoint_id: int
+    task: TaskId
+    generation: int
+    attempt: int
+    handles: tuple[StateHandle, ...] = ()
+    metrics: dict[str, Any] = field(default_factory=dict)
+    snapshot: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class DeclineRecord:
+    checkpoint_id: int
+    task: TaskId
+    generation: int
+    attempt: int
+    reason: str
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class TaskSnapshot:
+    """What one acknowledged subtask contributed to a completed checkpoint."""
+
+    task: TaskId
+    attempt: int
+    handles: tuple[StateHandle, ...]
+    metrics: dict[str, Any]
+    snapshot: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedMetadata:
+    checkpoint_id: int
+    job_id: str
+    generation: int
+    properties: CheckpointProperties
+    trigger_ms: int
+    completed_ms: int
+    tasks: tuple[TaskSnapshot, ...]
+    positions: dict[str, Any] = field(default_factory=dict)
+    master_states: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def handles(self) -> tuple[StateHandle, ...]:
+        return tuple(h for t in self.tasks for h in t.handles)
+
+    @property
+    def state_size(self) -> int:
+        return sum(h.size for h in self.handles)
+
+
+class Outcome(enum.Enum):
+    COMPLETE = "complete"
+    ABORT = "abort"
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRecord:
+    """The single, create-only commit/abort decision of checkpoint n (see layout docstring).
+
+    COMPLETE fixes the attempt whose acks form the checkpoint and the completion time, so a
+    coordinator that crashed after deciding rebuilds byte-identical ``_metadata.json``.
+    """
+
+    checkpoint_id: int
+    outcome: Outcome
+    decided_ms: int
+    attempt: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineRecord:
+    checkpoint_id: int
+    message: str
+    quarantined_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class LatestPointer:
+    checkpoint_id: int
+    generation: int
+    metadata_key: str
+    metadata_sha256: str
+    updated_ms: int
+
+
+KINDS: dict[type, str] = {
+    JobRecord: "job",
+    PendingRecord: "pending",
+    AttemptRecord: "attempt",
+    AckRecord: "ack",
+    DeclineRecord: "decline",
+    CompletedMetadata: "metadata",
+    DecisionRecord: "decision",
+    QuarantineRecord: "quarantine",
+    LatestPointer: "latest",
+}

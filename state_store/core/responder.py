@@ -1,0 +1,56 @@
+"""Task side of the protocol: upload state files, then acknowledge or decline (seed 001).
+
+Order inside a subtask at barrier n (kill points in brackets)::
+
+    upload_state(...) for every key-group range   -> StateHandle(key, size, sha256)
+    [after_state_upload]
+    [before_ack]  acknowledge(AckRecord)           create-only acks/<uid>/<subtask>-a<attempt>.json
+    [after_ack]
+
+An ack is written create-only, so a retried write of the same ack is harmless and a different ack
+for the same (task, attempt) is refused. A crash before the ack leaves only unreferenced files,
+removed by retention after the orphan grace period.
+"""
+
+from __future__ import annotations
+
+from state_store.core import documents, killpoints
+from state_store.core.codec import sha256_hex
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import AckRecord, DeclineRecord, StateHandle
+from state_store.core.ports import NO_KILL, KillSwitch, ObjectStore
+
+
+class TaskCheckpointResponder:
+    """Writes one subtask's state files, ack or decline for a job."""
+
+    def __init__(self, store: ObjectStore, job_id: str, *, kill: KillSwitch = NO_KILL) -> None:
+        self.store = store
+        self.layout = JobLayout(job_id)
+        self.kill = kill
+
+    def upload_state(
+        self, checkpoint_id: int, uid: str, first_kg: int, last_kg: int, data: bytes, fmt: str = "arrow"
+    ) -> StateHandle:
+        """Write an exclusive state file of checkpoint n and return its handle."""
+        key = self.layout.state_file(checkpoint_id, uid, first_kg, last_kg, fmt)
+        self.store.put(key, data)
+        return StateHandle(key, len(data), sha256_hex(data))
+
+    def upload_shared(self, uid: str, data: bytes, fmt: str = "arrow") -> StateHandle:
+        """Write (or reuse) a content-addressed file under ``shared/`` (incremental checkpoints)."""
+        digest = sha256_hex(data)
+        key = self.layout.shared_file(uid, digest, fmt)
+        if self.store.head(key) is None:
+            self.store.put_if_absent(key, data)
+        return StateHandle(key, len(data), digest)
+
+    def acknowledge(self, ack: AckRecord) -> None:
+        self.kill(killpoints.BEFORE_ACK, ack.checkpoint_id)
+        key = self.layout.ack(ack.checkpoint_id, ack.task.uid, ack.task.subtask, ack.attempt)
+        documents.create(self.store, key, ack)
+        self.kill(killpoints.AFTER_ACK, ack.checkpoint_id)
+
+    def decline(self, decline: DeclineRecord) -> None:
+        key = self.layout.decline(decline.checkpoint_id, decline.task.uid, decline.task.subtask, decline.attempt)
+        documents.create(self.store, key, decline)

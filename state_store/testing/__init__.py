@@ -1,0 +1,14 @@
+"""Public fault-injection kit: kill points, a faulty store, a manual clock (and SeaweedFS)."""
+
+from state_store.testing.clock import ManualClock
+from state_store.testing.faulty_store import Fault, FaultyObjectStore
+from state_store.testing.killpoints import KillAt, SimulatedCrash, kill_switch_from_env
+
+__all__ = [
+    "Fault",
+    "FaultyObjectStore",
+    "KillAt",
+    "ManualClock",
+    "SimulatedCrash",
+    "kill_switch_from_env",
+]
