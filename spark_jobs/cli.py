@@ -41,7 +41,10 @@ def _fmt_ms(ms: int | None) -> str:
 
 
 def format_history(rows: Sequence[CheckpointSummary]) -> str:
-    header = f"{'id':>5}  {'status':<11} {'triggered (UTC)':<19}  {'duration':>9}  {'acks':>7}  {'size':>9}  reason"
+    header = (
+        f"{'id':>5}  {'status':<11} {'triggered (UTC)':<19}  {'duration':>9}  "
+        f"{'acks':>7}  {'size':>9}  reason"
+    )
     lines = [header, "-" * len(header)]
     for r in rows:
         duration = "-" if r.duration_ms is None else f"{r.duration_ms} ms"
@@ -82,13 +85,21 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 def _cmd_retention(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
-    plan = apply_retention(store, args.job, config, SystemClock(), dry_run=args.dry_run,
-                           pinned=frozenset(args.pin))
-    report = {"retained": list(plan.retained), "discarded": list(plan.discarded), "deleted_files": len(plan.delete),
-              "dry_run": args.dry_run}
-    print(json.dumps(report) if args.json else
-          f"retained {report['retained']}, discarded {report['discarded']}, "
-          f"{'would delete' if args.dry_run else 'deleted'} {len(plan.delete)} files")
+    plan = apply_retention(
+        store, args.job, config, SystemClock(), dry_run=args.dry_run, pinned=frozenset(args.pin)
+    )
+    report = {
+        "retained": list(plan.retained),
+        "discarded": list(plan.discarded),
+        "deleted_files": len(plan.delete),
+        "dry_run": args.dry_run,
+    }
+    print(
+        json.dumps(report)
+        if args.json
+        else f"retained {report['retained']}, discarded {report['discarded']}, "
+        f"{'would delete' if args.dry_run else 'deleted'} {len(plan.delete)} files"
+    )
     return 0
 
 
@@ -97,7 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def common(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--store", required=True, help="storage URI: file:///path, s3://bucket/prefix, memory://x")
+        p.add_argument(
+            "--store", required=True, help="storage URI: file:///path, s3://bucket/prefix, memory://x"
+        )
         p.add_argument("--job", default="wordcount", help="job id")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
@@ -137,7 +150,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ManifestError, ObjectNotFound, StoreError) as exc:
         print(f"epochal: {exc}", file=sys.stderr)
         return 1
-    except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence prints one line
+    except Exception as exc:
         print(f"epochal: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
 

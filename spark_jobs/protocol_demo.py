@@ -9,7 +9,6 @@ are the real ones, on whatever store the URI names.
 from __future__ import annotations
 
 import json
-import random
 from dataclasses import dataclass, field
 
 from state_store.clock import SystemClock
@@ -33,6 +32,11 @@ from state_store.core.ports import NO_KILL
 WORDS = ("barrier", "epoch", "state", "savepoint", "spark", "airflow", "flink", "sink")
 
 
+def word_at(partition: int, offset: int) -> str:
+    """The deterministic, replayable input: the word at ``offset`` of ``partition``."""
+    return WORDS[((offset * 2654435761 + partition * 40503) % 2**32) % len(WORDS)]
+
+
 @dataclass
 class WordCountSubtask:
     """One subtask: reads partition ``subtask`` of the input, counts words (keyed state)."""
@@ -42,12 +46,12 @@ class WordCountSubtask:
     counts: dict[str, int] = field(default_factory=dict)
     offset: int = 0
 
-    def process_epoch(self, epoch: int, records_per_epoch: int) -> None:
-        rng = random.Random(epoch * 1009 + self.subtask)
-        for _ in range(records_per_epoch):
-            word = rng.choice(WORDS)
+    def process_epoch(self, records: int) -> None:
+        """Consume the next ``records`` records of this subtask's partition from ``offset``."""
+        for position in range(self.offset, self.offset + records):
+            word = word_at(self.subtask, position)
             self.counts[word] = self.counts.get(word, 0) + 1
-            self.offset += 1
+        self.offset += records
 
     def snapshot(self) -> bytes:
         return json.dumps({"counts": self.counts, "offset": self.offset}, sort_keys=True).encode()
@@ -74,7 +78,7 @@ def run_protocol_demo(
     coordinator = CheckpointCoordinator(store, job_id, clock=clock, config=config, kill=kill)
     responder = TaskCheckpointResponder(store, job_id, kill=kill)
     tasks = [WordCountSubtask("counter", i) for i in range(parallelism)]
-    completed, _ = coordinator.recover()
+    completed, _ = coordinator.failover()
     latest = completed.latest()
     if latest is not None:
         by_task = {t.task: t for t in latest.metadata.tasks}
@@ -90,14 +94,22 @@ def run_protocol_demo(
         attempt = coordinator.start_attempt(n)
         handles: dict[int, StateHandle] = {}
         for task in tasks:
-            task.process_epoch(n, records_per_epoch)
-            handles[task.subtask] = responder.upload_state(n, task.uid, task.subtask, task.subtask, task.snapshot(),
-                                                           fmt="json")
+            task.process_epoch(records_per_epoch)
+            handles[task.subtask] = responder.upload_state(
+                n, task.uid, task.subtask, task.subtask, task.snapshot(), fmt="json"
+            )
         kill(killpoints.AFTER_STATE_UPLOAD, n)
         for task in tasks:
-            responder.acknowledge(AckRecord(n, TaskId(task.uid, task.subtask), pending.generation,
-                                            attempt.attempt, (handles[task.subtask],),
-                                            metrics={"records": records_per_epoch}))
+            responder.acknowledge(
+                AckRecord(
+                    n,
+                    TaskId(task.uid, task.subtask),
+                    pending.generation,
+                    attempt.attempt,
+                    (handles[task.subtask],),
+                    metrics={"records": records_per_epoch},
+                )
+            )
         coordinator.complete(n)
         apply_retention(store, job_id, config, clock, kill=kill)
     return checkpoint_history(store, job_id)

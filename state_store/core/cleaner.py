@@ -23,8 +23,12 @@ def _facts(store: ObjectStore, layout: JobLayout, checkpoint_id: int, names: set
         if "_metadata.json" in names:
             meta = documents.read(store, base + "_metadata.json", CompletedMetadata)
             return CheckpointFacts(
-                checkpoint_id, "completed", frozenset(h.key for h in meta.handles),
-                meta.properties.savepoint, quarantined, meta.completed_ms,
+                checkpoint_id,
+                "completed",
+                frozenset(h.key for h in meta.handles),
+                meta.properties.savepoint,
+                quarantined,
+                meta.completed_ms,
             )
         if "_decision.json" in names:
             decision = documents.read(store, base + "_decision.json", DecisionRecord)
@@ -80,10 +84,11 @@ def gather_inputs(
 
 def execute(store: ObjectStore, plan: RetentionPlan, *, kill: KillSwitch = NO_KILL) -> int:
     """Delete the plan's keys in order; return how many were deleted."""
+    newest_retained = max(plan.retained, default=None)  # ``mid_retention@n``: retention after n
     for count, key in enumerate(plan.delete, start=1):
         store.delete(key)
         if count == 1:
-            kill(killpoints.MID_RETENTION, None)
+            kill(killpoints.MID_RETENTION, newest_retained)
     return len(plan.delete)
 
 

@@ -100,7 +100,8 @@ def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:
     if sha256_hex(canonical_json(body)) != envelope.get("sha256"):
         raise ManifestError(f"{kind} document {key!r} fails its checksum (torn or altered); {_REMEDY}")
     try:
-        return _decode(cls, body)
+        record: T = _decode(cls, body)
+        return record
     except (TypeError, ValueError, KeyError) as exc:
         raise ManifestError(f"{kind} document {key!r} has an invalid body ({exc}); {_REMEDY}") from None
 

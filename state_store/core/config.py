@@ -40,4 +40,6 @@ class CheckpointConfig:
         )
         for name, value, low in checks:
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
-                raise InvalidConfigError(f"checkpoint config {name}={value!r} is invalid: use an integer >= {low}")
+                raise InvalidConfigError(
+                    f"checkpoint config {name}={value!r} is invalid: use an integer >= {low}"
+                )

@@ -47,8 +47,8 @@ from state_store.core.manifests import (
     AckRecord,
     AttemptRecord,
     CompletedMetadata,
-    DeclineRecord,
     DecisionRecord,
+    DeclineRecord,
     JobRecord,
     LatestPointer,
     Outcome,
@@ -68,6 +68,8 @@ from state_store.core.ports import (
 from state_store.core.properties import CheckpointProperties
 
 _ID_RACE_RETRIES = 16
+#: Aborts that say nothing about the job's health (as Flink's CheckpointFailureManager ignores them).
+_NOT_COUNTED = {CheckpointFailureReason.CHECKPOINT_SUBSUMED.name, CheckpointFailureReason.JOB_FAILOVER.name}
 _CAS_RETRIES = 16
 
 
@@ -171,7 +173,13 @@ class CheckpointCoordinator:
         return sorted(i for i in ids if i is not None)
 
     def pending_record(self, checkpoint_id: int) -> PendingRecord:
-        return documents.read(self.store, self.layout.pending(checkpoint_id), PendingRecord)
+        try:
+            return documents.read(self.store, self.layout.pending(checkpoint_id), PendingRecord)
+        except ObjectNotFound:
+            raise ObjectNotFound(
+                f"checkpoint {checkpoint_id} of job {self.layout.job_id} does not exist in {self.store.uri}: "
+                "it was never triggered or retention removed it (see `epochal checkpoints list`)"
+            ) from None
 
     def decision(self, checkpoint_id: int) -> DecisionRecord | None:
         return documents.read_optional(self.store, self.layout.decision(checkpoint_id), DecisionRecord)
@@ -192,12 +200,20 @@ class CheckpointCoordinator:
         completed store from storage alone."""
         for checkpoint_id in self.checkpoint_ids():
             decision = self.decision(checkpoint_id)
-            if decision is not None and decision.outcome is Outcome.COMPLETE:
-                if self.store.head(self.layout.metadata(checkpoint_id)) is None:
-                    self.complete(checkpoint_id)
+            decided_complete = decision is not None and decision.outcome is Outcome.COMPLETE
+            if decided_complete and self.store.head(self.layout.metadata(checkpoint_id)) is None:
+                self.complete(checkpoint_id)
         return CompletedCheckpointStore.recover(
             self.store, self.layout, self.config.retained_checkpoints, deep=deep
         )
+
+    def failover(self) -> tuple[CompletedCheckpointStore, RecoveryReport]:
+        """The whole job restarts: abort every undecided checkpoint (as Flink does on failover),
+        roll forward the decided ones, and recover the completed store. A retry of one epoch's
+        run (same checkpoint, new attempt) uses :meth:`start_attempt` instead."""
+        for checkpoint_id in self.undecided_ids():
+            self.abort(checkpoint_id, CheckpointFailureReason.JOB_FAILOVER, f"coordinator {self.owner} restarted")
+        return self.recover()
 
     def latest_completed(self) -> CompletedCheckpoint | None:
         completed, _ = CompletedCheckpointStore.recover(self.store, self.layout, 1)
@@ -216,7 +232,7 @@ class CheckpointCoordinator:
             pending = self.pending_record(checkpoint_id)
             if pending.generation != generation or pending.properties.savepoint:
                 continue
-            if decision.reason != CheckpointFailureReason.CHECKPOINT_SUBSUMED.name:
+            if decision.reason not in _NOT_COUNTED:
                 count += 1
         return count
 
@@ -250,7 +266,8 @@ class CheckpointCoordinator:
             if len(undecided) >= self.config.max_concurrent_checkpoints:
                 raise CheckpointException(
                     CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS,
-                    f"pending: {undecided}, max_concurrent_checkpoints={self.config.max_concurrent_checkpoints}",
+                    f"pending: {undecided}, "
+                    f"max_concurrent_checkpoints={self.config.max_concurrent_checkpoints}",
                 )
             latest = self.latest_completed()
             if latest is not None and now - latest.metadata.completed_ms < self.config.min_pause_ms:
@@ -308,7 +325,9 @@ class CheckpointCoordinator:
         pending = self.pending_record(checkpoint_id)
         attempt = self.current_attempt(checkpoint_id) + 1
         for _ in range(_ID_RACE_RETRIES):
-            record = AttemptRecord(checkpoint_id, attempt, pending.generation, self.clock.now_ms(), self.owner)
+            record = AttemptRecord(
+                checkpoint_id, attempt, pending.generation, self.clock.now_ms(), self.owner
+            )
             try:
                 documents.create(self.store, self.layout.attempt(checkpoint_id, attempt), record)
             except ObjectAlreadyExists:
@@ -338,7 +357,9 @@ class CheckpointCoordinator:
             pending = self.pending_record(checkpoint_id)
             if now > pending.deadline_ms:
                 decision = self.abort(
-                    checkpoint_id, CheckpointFailureReason.CHECKPOINT_EXPIRED, f"deadline {pending.deadline_ms}"
+                    checkpoint_id,
+                    CheckpointFailureReason.CHECKPOINT_EXPIRED,
+                    f"deadline {pending.deadline_ms}",
                 )
                 if decision.outcome is Outcome.ABORT:
                     aborted.append(checkpoint_id)
@@ -362,8 +383,13 @@ class CheckpointCoordinator:
             if stands.outcome is Outcome.COMPLETE:
                 return self._follow(pending, stands)
             return CompletionResult(
-                checkpoint_id, "aborted", acked, expected, CheckpointFailureReason[stands.reason],
-                stands.message, results,
+                checkpoint_id,
+                "aborted",
+                acked,
+                expected,
+                CheckpointFailureReason[stands.reason],
+                stands.message,
+                results,
             )
 
         if self.job().generation != pending.generation:
@@ -377,10 +403,13 @@ class CheckpointCoordinator:
                 CheckpointFailureReason.CHECKPOINT_DECLINED,
                 f"task {decline.task} declined: {decline.reason}: {decline.message}",
             )
+        if checkpoint.is_expired(self.clock.now_ms()):
+            missing = ", ".join(sorted(map(str, checkpoint.not_yet_acknowledged))) or "none"
+            return aborted(
+                CheckpointFailureReason.CHECKPOINT_EXPIRED,
+                f"deadline {pending.deadline_ms} passed; tasks without ack: {missing}",
+            )
         if not checkpoint.is_fully_acknowledged:
-            if checkpoint.is_expired(self.clock.now_ms()):
-                missing = ", ".join(sorted(map(str, checkpoint.not_yet_acknowledged)))
-                return aborted(CheckpointFailureReason.CHECKPOINT_EXPIRED, f"no ack from {missing}")
             return CompletionResult(checkpoint_id, "in_progress", acked, expected, ack_results=results)
         candidate = PendingCheckpoint(pending, attempt)
         for ack in checkpoint.acknowledged.values():
@@ -401,8 +430,14 @@ class CheckpointCoordinator:
             record = documents.read(self.store, self.layout.decision(checkpoint_id), DecisionRecord)
         result = self._follow(pending, record)
         return CompletionResult(
-            result.checkpoint_id, result.status, result.acked, result.expected, result.reason,
-            result.message, results, result.checkpoint,
+            result.checkpoint_id,
+            result.status,
+            result.acked,
+            result.expected,
+            result.reason,
+            result.message,
+            results,
+            result.checkpoint,
         )
 
     def _collect_acks(self, checkpoint: PendingCheckpoint) -> dict[str, str]:
@@ -432,7 +467,12 @@ class CheckpointCoordinator:
         expected = len(pending.expected)
         if decision.outcome is Outcome.ABORT:
             return CompletionResult(
-                checkpoint_id, "aborted", 0, expected, CheckpointFailureReason[decision.reason], decision.message
+                checkpoint_id,
+                "aborted",
+                0,
+                expected,
+                CheckpointFailureReason[decision.reason],
+                decision.message,
             )
         checkpoint = PendingCheckpoint(pending, decision.attempt)
         self._collect_acks(checkpoint)
@@ -449,9 +489,7 @@ class CheckpointCoordinator:
             self._move_pointer(completed)
             self.kill(killpoints.AFTER_POINTER, checkpoint_id)
             self._subsume_older(checkpoint_id)
-        return CompletionResult(
-            checkpoint_id, "completed", expected, expected, checkpoint=completed
-        )
+        return CompletionResult(checkpoint_id, "completed", expected, expected, checkpoint=completed)
 
     def _move_pointer(self, completed: CompletedCheckpoint) -> None:
         """CAS ``LATEST`` to ``completed`` unless it already points at a newer checkpoint."""
@@ -491,7 +529,11 @@ class CheckpointCoordinator:
             if older >= checkpoint_id:
                 continue
             if self.pending_record(older).properties.can_be_subsumed:
-                self.abort(older, CheckpointFailureReason.CHECKPOINT_SUBSUMED, f"checkpoint {checkpoint_id} completed")
+                self.abort(
+                    older,
+                    CheckpointFailureReason.CHECKPOINT_SUBSUMED,
+                    f"checkpoint {checkpoint_id} completed",
+                )
 
     # -- task side helpers ---------------------------------------------------------------------
     def acknowledge(self, ack: AckRecord) -> AckResult:

@@ -30,6 +30,7 @@ class CheckpointFailureReason(enum.Enum):
     FENCED_BY_NEWER_GENERATION = ("the job was restored since this checkpoint was triggered", False)
     FINALIZE_FAILED = ("writing the checkpoint metadata failed", False)
     MANUALLY_ABORTED = ("aborted by an operator", False)
+    JOB_FAILOVER = ("the job restarted (failover) while the checkpoint was in flight", False)
 
     def __init__(self, message: str, pre_flight: bool) -> None:
         self.message = message
@@ -44,7 +45,9 @@ class CheckpointException(Exception):
         self.detail = detail
         self.checkpoint_id = checkpoint_id
         what = f"checkpoint {checkpoint_id}" if checkpoint_id is not None else "checkpoint"
-        super().__init__(f"{what} failed ({reason.name}): {reason.message}" + (f": {detail}" if detail else ""))
+        super().__init__(
+            f"{what} failed ({reason.name}): {reason.message}" + (f": {detail}" if detail else "")
+        )
 
 
 class JobFailedError(Exception):

@@ -52,14 +52,47 @@ def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummar
         expected = len(pending.expected)
         common = (pending.trigger_ms,)
         if meta is not None:
-            rows.append(CheckpointSummary(i, "completed", *common, meta.completed_ms, expected, expected,
-                                          meta.state_size, meta.properties.savepoint, meta.generation))
+            rows.append(
+                CheckpointSummary(
+                    i,
+                    "completed",
+                    *common,
+                    meta.completed_ms,
+                    expected,
+                    expected,
+                    meta.state_size,
+                    meta.properties.savepoint,
+                    meta.generation,
+                )
+            )
         elif decision is not None and decision.outcome is Outcome.ABORT:
-            rows.append(CheckpointSummary(i, "aborted", *common, decision.decided_ms, min(len(acks), expected),
-                                          expected, 0, pending.properties.savepoint, pending.generation,
-                                          f"{decision.reason}: {decision.message}"))
+            rows.append(
+                CheckpointSummary(
+                    i,
+                    "aborted",
+                    *common,
+                    decision.decided_ms,
+                    min(len(acks), expected),
+                    expected,
+                    0,
+                    pending.properties.savepoint,
+                    pending.generation,
+                    f"{decision.reason}: {decision.message}",
+                )
+            )
         else:
             status = "completing" if decision is not None else "in_progress"
-            rows.append(CheckpointSummary(i, status, *common, None, min(len(acks), expected), expected, 0,
-                                          pending.properties.savepoint, pending.generation))
+            rows.append(
+                CheckpointSummary(
+                    i,
+                    status,
+                    *common,
+                    None,
+                    min(len(acks), expected),
+                    expected,
+                    0,
+                    pending.properties.savepoint,
+                    pending.generation,
+                )
+            )
     return rows

@@ -6,8 +6,8 @@
     <job_id>/LATEST
     <job_id>/checkpoints/chk-<n:010d>/_pending.json
                                      /attempts/<a:06d>.json
-                                     /acks/<uid>/<subtask:05d>-a<attempt>.json
-                                     /declines/<uid>/<subtask:05d>-a<attempt>.json
+                                     /acks/<uid>/<subtask:05d>-g<gen>-a<attempt>.json
+                                     /declines/<uid>/<subtask:05d>-g<gen>-a<attempt>.json
                                      /state/<uid>/kg-<first>-<last>.<fmt>
                                      /channel/<uid>/<subtask>.<fmt>
                                      /_metadata.json      (the commit point, create-only)
@@ -17,9 +17,10 @@
     <job_id>/savepoints/<name>/_metadata.json
     <job_id>/sinks/<sink_uid>/txn-<n:010d>/...
 
-Acks and declines carry the attempt in their name (a deviation from DESIGN's ``<subtask>.json``):
-a zombie attempt and its retry must both be able to write, and each is then classified by the
-coordinator; with one name per subtask the zombie could block or overwrite the retry's ack.
+Acks and declines carry generation and attempt in their name (DESIGN had ``<subtask>.json``):
+a zombie (older attempt or generation) and its successor must both be able to write, each is then
+classified by the coordinator; with one create-only name per subtask the zombie could block the
+successor's ack, and with an overwritable one it could replace it.
 
 Completion and abort race for one key, ``_decision.json`` (DESIGN had a separate
 ``_aborted.json``): two coordinators racing on checkpoint n could otherwise write both an abort
@@ -113,16 +114,16 @@ class JobLayout:
     def acks_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint_dir(checkpoint_id) + "acks/"
 
-    def ack(self, checkpoint_id: int, uid: str, subtask: int, attempt: int) -> str:
+    def ack(self, checkpoint_id: int, uid: str, subtask: int, attempt: int, generation: int) -> str:
         validate_name("operator uid", uid)
-        return f"{self.acks_prefix(checkpoint_id)}{uid}/{subtask:05d}-a{attempt}.json"
+        return f"{self.acks_prefix(checkpoint_id)}{uid}/{subtask:05d}-g{generation}-a{attempt}.json"
 
     def declines_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint_dir(checkpoint_id) + "declines/"
 
-    def decline(self, checkpoint_id: int, uid: str, subtask: int, attempt: int) -> str:
+    def decline(self, checkpoint_id: int, uid: str, subtask: int, attempt: int, generation: int) -> str:
         validate_name("operator uid", uid)
-        return f"{self.declines_prefix(checkpoint_id)}{uid}/{subtask:05d}-a{attempt}.json"
+        return f"{self.declines_prefix(checkpoint_id)}{uid}/{subtask:05d}-g{generation}-a{attempt}.json"
 
     def state_file(self, checkpoint_id: int, uid: str, first_kg: int, last_kg: int, fmt: str) -> str:
         validate_name("operator uid", uid)
@@ -139,7 +140,9 @@ class JobLayout:
     def shared_file(self, uid: str, content_hash: str, fmt: str) -> str:
         validate_name("operator uid", uid)
         if not _HASH.match(content_hash):
-            raise InvalidNameError(f"content hash {content_hash!r} is invalid: use 16-64 lowercase hex digits")
+            raise InvalidNameError(
+                f"content hash {content_hash!r} is invalid: use 16-64 lowercase hex digits"
+            )
         return f"{self.shared_prefix}{uid}/{content_hash}.{_fmt(fmt)}"
 
     @property

@@ -5,10 +5,10 @@
 | JobRecord         | ``_job.json``                      | coordinator  | create / CAS |
 | PendingRecord     | ``chk-n/_pending.json``            | trigger      | create-only (allocates id n) |
 | AttemptRecord     | ``chk-n/attempts/<a>.json``        | run_epoch    | create-only (allocates attempt a) |
-| AckRecord         | ``chk-n/acks/<uid>/<st>-a<a>.json``| subtask      | create-only  |
+| AckRecord         | ``chk-n/acks/<uid>/<st>-g<g>-a<a>``| subtask      | create-only  |
 | DeclineRecord     | ``chk-n/declines/...``             | subtask      | create-only  |
 | CompletedMetadata | ``chk-n/_metadata.json``           | complete     | create-only (the commit point) |
-| DecisionRecord    | ``chk-n/_decision.json``           | complete/abort | create-only (commit or abort, once) |
+| DecisionRecord    | ``chk-n/_decision.json``           | complete     | create-only, once: COMPLETE/ABORT |
 | LatestPointer     | ``LATEST``                         | complete     | CAS, never backwards |
 
 Every referenced state file appears as a :class:`StateHandle` with its byte size and SHA-256.

@@ -89,7 +89,9 @@ class PendingCheckpoint:
     def abort(self, reason: CheckpointFailureReason, message: str = "") -> bool:
         """Move to ABORTED; False if already aborted. Aborting a completed checkpoint is a bug."""
         if self.state is PendingState.COMPLETED:
-            raise IllegalCheckpointState(f"checkpoint {self.checkpoint_id} is completed; it cannot be aborted")
+            raise IllegalCheckpointState(
+                f"checkpoint {self.checkpoint_id} is completed; it cannot be aborted"
+            )
         if self.state is PendingState.ABORTED:
             return False
         self.state = PendingState.ABORTED
@@ -99,7 +101,9 @@ class PendingCheckpoint:
     def finalize(self, completed_ms: int) -> CompletedMetadata:
         """Build the completed checkpoint's metadata; only when fully acknowledged."""
         if self.state is not PendingState.PENDING:
-            raise IllegalCheckpointState(f"checkpoint {self.checkpoint_id} is {self.state.value}, not pending")
+            raise IllegalCheckpointState(
+                f"checkpoint {self.checkpoint_id} is {self.state.value}, not pending"
+            )
         missing = self.not_yet_acknowledged
         if missing:
             raise IllegalCheckpointState(

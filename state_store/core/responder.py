@@ -4,7 +4,7 @@ Order inside a subtask at barrier n (kill points in brackets)::
 
     upload_state(...) for every key-group range   -> StateHandle(key, size, sha256)
     [after_state_upload]
-    [before_ack]  acknowledge(AckRecord)           create-only acks/<uid>/<subtask>-a<attempt>.json
+    [before_ack]  acknowledge(AckRecord)           create-only acks/<uid>/<subtask>-g<gen>-a<attempt>.json
     [after_ack]
 
 An ack is written create-only, so a retried write of the same ack is harmless and a different ack
@@ -47,10 +47,12 @@ class TaskCheckpointResponder:
 
     def acknowledge(self, ack: AckRecord) -> None:
         self.kill(killpoints.BEFORE_ACK, ack.checkpoint_id)
-        key = self.layout.ack(ack.checkpoint_id, ack.task.uid, ack.task.subtask, ack.attempt)
+        key = self.layout.ack(ack.checkpoint_id, ack.task.uid, ack.task.subtask, ack.attempt, ack.generation)
         documents.create(self.store, key, ack)
         self.kill(killpoints.AFTER_ACK, ack.checkpoint_id)
 
     def decline(self, decline: DeclineRecord) -> None:
-        key = self.layout.decline(decline.checkpoint_id, decline.task.uid, decline.task.subtask, decline.attempt)
+        key = self.layout.decline(
+            decline.checkpoint_id, decline.task.uid, decline.task.subtask, decline.attempt, decline.generation
+        )
         documents.create(self.store, key, decline)

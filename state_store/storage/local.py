@@ -189,8 +189,7 @@ class LocalObjectStore:
                     current, st = self._read(final, key)
                 except ObjectNotFound:
                     raise VersionMismatch(
-                        f"object {key!r} in {self.uri} does not exist (expected version "
-                        f"{expected_version!r})"
+                        f"object {key!r} in {self.uri} does not exist (expected version {expected_version!r})"
                     ) from None
                 if _version(st) != expected_version:
                     if current == data:

@@ -90,9 +90,7 @@ class MemoryObjectStore:
             if current is None or current[1] != expected_version:
                 if current is not None and current[0] == data:
                     return current[1]
-                raise VersionMismatch(
-                    f"object {key!r} in {self.uri} is not at version {expected_version!r}"
-                )
+                raise VersionMismatch(f"object {key!r} in {self.uri} is not at version {expected_version!r}")
             return self._write(key, data)
 
     def list(self, prefix: str) -> Iterator[ObjectInfo]:

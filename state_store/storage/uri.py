@@ -31,7 +31,9 @@ def open_store(uri: str) -> ObjectStore:
         return MemoryObjectStore.named(parts.netloc + parts.path)
     if parts.scheme == "file":
         if parts.netloc not in ("", "localhost") or not parts.path.startswith("/"):
-            raise InvalidStoreURI(f"storage URI {uri!r} is invalid: file URIs need an absolute path; {_EXAMPLES}")
+            raise InvalidStoreURI(
+                f"storage URI {uri!r} is invalid: file URIs need an absolute path; {_EXAMPLES}"
+            )
         from state_store.storage.local import LocalObjectStore
 
         return LocalObjectStore(unquote(parts.path))

@@ -1,0 +1,26 @@
+"""A real SeaweedFS S3 server for the storage integration tests (one per session)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+
+from state_store.storage.s3 import S3ObjectStore
+from state_store.testing.seaweedfs import SeaweedFSServer
+
+
+@pytest.fixture(scope="session")
+def seaweedfs() -> Iterator[SeaweedFSServer]:
+    server = SeaweedFSServer().start()
+    try:
+        yield server
+    finally:
+        server.stop(grace_s=1)  # the data is thrown away: no need to wait for a graceful exit
+
+
+@pytest.fixture
+def s3_store(seaweedfs: SeaweedFSServer) -> S3ObjectStore:
+    """An empty store: a fresh prefix in the shared test bucket."""
+    return seaweedfs.make_store("epochal-test", f"t-{uuid.uuid4().hex[:12]}")
