@@ -212,7 +212,9 @@ class CheckpointCoordinator:
         roll forward the decided ones, and recover the completed store. A retry of one epoch's
         run (same checkpoint, new attempt) uses :meth:`start_attempt` instead."""
         for checkpoint_id in self.undecided_ids():
-            self.abort(checkpoint_id, CheckpointFailureReason.JOB_FAILOVER, f"coordinator {self.owner} restarted")
+            self.abort(
+                checkpoint_id, CheckpointFailureReason.JOB_FAILOVER, f"coordinator {self.owner} restarted"
+            )
         return self.recover()
 
     def latest_completed(self) -> CompletedCheckpoint | None:

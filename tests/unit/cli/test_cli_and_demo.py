@@ -23,14 +23,19 @@ RECORDS = 1000  # run_protocol_demo's default records per epoch
 def epochal(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "spark_jobs.cli", *args],
-        capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
     )
 
 
 def final_counts(root: Path, job: str = "wordcount") -> tuple[int, dict[str, int]]:
     """(records consumed, merged word counts) of the latest completed checkpoint, from storage."""
     store = LocalObjectStore(root)
-    history = json.loads(epochal("checkpoints", "list", "--store", root.as_uri(), "--job", job, "--json").stdout)
+    history = json.loads(
+        epochal("checkpoints", "list", "--store", root.as_uri(), "--job", job, "--json").stdout
+    )
     latest = max(r["checkpoint_id"] for r in history if r["status"] == "completed")
     meta = load_completed(store, JobLayout(job), latest, deep=True).metadata
     offset, counts = 0, {}
@@ -53,8 +58,14 @@ def test_demo_prints_the_checkpoint_history(tmp_path: Path) -> None:
 @pytest.mark.parametrize("point", DEMO_POINTS)
 def test_process_killed_at_kill_point_resumes_exactly_once(point: str, tmp_path: Path) -> None:
     root = tmp_path / "store"
-    crashed = epochal("demo", "--store", root.as_uri(), "--epochs", "4",
-                      env={"EPOCHAL_FAULT": f"{point}@3", "EPOCHAL_FAULT_MODE": "exit"})
+    crashed = epochal(
+        "demo",
+        "--store",
+        root.as_uri(),
+        "--epochs",
+        "4",
+        env={"EPOCHAL_FAULT": f"{point}@3", "EPOCHAL_FAULT_MODE": "exit"},
+    )
     assert crashed.returncode == 137, f"kill point {point} was not reached: {crashed.stdout}{crashed.stderr}"
     restart = epochal("demo", "--store", root.as_uri(), "--epochs", "1")  # failover + one epoch
     assert restart.returncode == 0, restart.stderr

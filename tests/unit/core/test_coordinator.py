@@ -333,7 +333,7 @@ def test_failover_aborts_in_flight_checkpoints_without_counting_them_as_failures
     n = job.coordinator.trigger(list(TASKS)).checkpoint_id
     job.coordinator.start_attempt(n)
     job.ack_all(n)  # fully acked, but the process dies before deciding
-    completed, report = job.new_coordinator().failover()
+    _, report = job.new_coordinator().failover()
     assert report.chosen == first
     decision = job.coordinator.decision(n)
     assert decision is not None and decision.reason == "JOB_FAILOVER"

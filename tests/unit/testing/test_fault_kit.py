@@ -7,7 +7,14 @@ import pytest
 from state_store.core import TransientStoreError
 from state_store.core.ports import NO_KILL, ObjectNotFound, StorageFullError
 from state_store.storage import MemoryObjectStore
-from state_store.testing import Fault, FaultyObjectStore, KillAt, ManualClock, SimulatedCrash, kill_switch_from_env
+from state_store.testing import (
+    Fault,
+    FaultyObjectStore,
+    KillAt,
+    ManualClock,
+    SimulatedCrash,
+    kill_switch_from_env,
+)
 from state_store.testing.killpoints import InvalidFaultSpec
 
 
@@ -45,7 +52,8 @@ def test_torn_write_leaves_a_prefix_and_bitflip_corrupts_silently() -> None:
 def test_disk_full_and_latency() -> None:
     slept: list[float] = []
     store = FaultyObjectStore(
-        MemoryObjectStore("fk2"), [Fault("disk_full", times=1), Fault("latency", latency_s=0.25, times=2)],
+        MemoryObjectStore("fk2"),
+        [Fault("disk_full", times=1), Fault("latency", latency_s=0.25, times=2)],
         sleep=slept.append,
     )
     with pytest.raises(StorageFullError):
@@ -59,7 +67,9 @@ def test_disk_full_and_latency() -> None:
 
 def test_probabilistic_faults_are_reproducible_from_the_seed() -> None:
     def run(seed: int) -> list[tuple[str, str, str]]:
-        store = FaultyObjectStore(MemoryObjectStore("fk3"), [Fault("error", times=-1, probability=0.3)], seed=seed)
+        store = FaultyObjectStore(
+            MemoryObjectStore("fk3"), [Fault("error", times=-1, probability=0.3)], seed=seed
+        )
         for i in range(50):
             try:
                 store.put(f"k/{i}", b"x")
