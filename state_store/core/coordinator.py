@@ -247,12 +247,22 @@ class CheckpointCoordinator:
         positions: dict[str, Any] | None = None,
         has_new_input: bool = True,
         tasks_ready: bool = True,
+        request_id: str = "",
     ) -> PendingRecord:
         """Allocate and record checkpoint n (see module docstring); raise CheckpointException
-        with a pre-flight reason when refused, JobFailedError when the job has failed."""
+        with a pre-flight reason when refused, JobFailedError when the job has failed.
+
+        ``request_id`` (e.g. the Airflow DAG run id) makes the call idempotent: a retry whose
+        first try created the checkpoint but lost the response gets the same undecided checkpoint
+        back instead of a second one (or a TOO_MANY_CONCURRENT_CHECKPOINTS refusal)."""
         props = properties or CheckpointProperties.checkpoint()
         if self._shutdown:
             raise CheckpointException(CheckpointFailureReason.COORDINATOR_SHUTDOWN)
+        if request_id:
+            for checkpoint_id in self.undecided_ids():
+                existing = self.pending_record(checkpoint_id)
+                if existing.request_id == request_id:
+                    return existing
         job = self.job()
         failures = self.consecutive_failures()
         if failures > self.config.tolerable_failures:
@@ -296,6 +306,7 @@ class CheckpointCoordinator:
                 expected=tuple(sorted(set(expected))),
                 positions=dict(positions or {}),
                 master_states=master,
+                request_id=request_id,
             )
             try:
                 documents.create(self.store, self.layout.pending(checkpoint_id), record)

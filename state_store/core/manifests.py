@@ -68,6 +68,7 @@ class PendingRecord:
     expected: tuple[TaskId, ...]
     positions: dict[str, Any] = field(default_factory=dict)
     master_states: dict[str, Any] = field(default_factory=dict)
+    request_id: str = ""
 
 
 @dataclass(frozen=True, slots=True)

@@ -339,3 +339,12 @@ def test_failover_aborts_in_flight_checkpoints_without_counting_them_as_failures
     assert decision is not None and decision.reason == "JOB_FAILOVER"
     assert job.coordinator.consecutive_failures() == 0
     assert job.cycle() == n + 1
+
+
+def test_retried_trigger_with_the_same_request_id_returns_the_same_checkpoint() -> None:
+    job = make_job()
+    first = job.coordinator.trigger(list(TASKS), request_id="manual__2026-11-21")
+    again = job.new_coordinator().trigger(list(TASKS), request_id="manual__2026-11-21")
+    assert again == first
+    with pytest.raises(CheckpointException):
+        job.coordinator.trigger(list(TASKS), request_id="another-run")
