@@ -36,9 +36,9 @@ from state_store.core.stream.handler import (
     BarrierAbortReason,
     CheckpointBarrierHandler,
     CheckpointBarrierListener,
-    Clock,
     StreamCorruptError,
-    _zero_clock,
+    TimeSource,
+    zero_time,
 )
 
 
@@ -50,12 +50,12 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
     """
 
     __slots__ = (
+        "_alignment_start_ns",
         "_blocked",
+        "_current_id",
+        "_latest_alignment_duration_ns",
         "_num_barriers_received",
         "_num_closed",
-        "_current_id",
-        "_alignment_start_ns",
-        "_latest_alignment_duration_ns",
     )
 
     def __init__(
@@ -63,8 +63,8 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
         num_channels: int,
         listener: CheckpointBarrierListener,
         *,
-        now_ns: Clock = _zero_clock,
-        now_ms: Clock = _zero_clock,
+        now_ns: TimeSource = zero_time,
+        now_ms: TimeSource = zero_time,
     ) -> None:
         super().__init__(num_channels, listener, now_ns=now_ns, now_ms=now_ms)
         self._blocked = [False] * num_channels

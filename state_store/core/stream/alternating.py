@@ -19,6 +19,8 @@ channels (no channel state), which is what makes it relocatable.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from state_store.core.stream.aligner import CheckpointBarrierAligner
 from state_store.core.stream.events import CancelCheckpointMarker, CheckpointBarrier
 from state_store.core.stream.handler import BarrierAbortReason, CheckpointBarrierHandler
@@ -31,7 +33,7 @@ class AlternatingCheckpointBarrierHandler(CheckpointBarrierHandler):
     Invariant: barriers older than the last seen id reach neither handler.
     """
 
-    __slots__ = ("_aligned", "_unaligned", "_active", "_last_seen_id")
+    __slots__ = ("_active", "_aligned", "_last_seen_id", "_unaligned")
 
     def __init__(self, aligned: CheckpointBarrierAligner, unaligned: CheckpointBarrierUnaligner) -> None:
         if aligned.num_channels != unaligned.num_channels:
@@ -93,9 +95,5 @@ class AlternatingCheckpointBarrierHandler(CheckpointBarrierHandler):
     def all_barriers_received(self, checkpoint_id: int) -> bool:
         return self._active.all_barriers_received(checkpoint_id)
 
-    @property
-    def observes_data(self) -> bool:
-        return self._unaligned.observes_data
-
-    def on_data(self, channel: int, item: object) -> None:
-        self._unaligned.on_data(channel, item)
+    def data_observer(self) -> Callable[[int, object], None] | None:
+        return self._unaligned.data_observer()

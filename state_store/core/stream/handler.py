@@ -99,11 +99,12 @@ class ChannelStateWriter(Protocol):
     def finish_input(self, checkpoint_id: int) -> None: ...
 
 
-def _zero_clock() -> int:
+def zero_time() -> int:
+    """The default time source: always 0, so every duration metric is 0 (no clock is read)."""
     return 0
 
 
-Clock = Callable[[], int]
+TimeSource = Callable[[], int]
 """An injected time source returning an int (ns or ms, as the parameter name says)."""
 
 
@@ -114,15 +115,15 @@ class CheckpointBarrierHandler(abc.ABC):
     is triggered at most once per handler, and never after it was aborted by that handler.
     """
 
-    __slots__ = ("_listener", "_now_ns", "_now_ms", "_start_delay_ns", "num_channels")
+    __slots__ = ("_listener", "_now_ms", "_now_ns", "_start_delay_ns", "num_channels")
 
     def __init__(
         self,
         num_channels: int,
         listener: CheckpointBarrierListener,
         *,
-        now_ns: Clock = _zero_clock,
-        now_ms: Clock = _zero_clock,
+        now_ns: TimeSource = zero_time,
+        now_ms: TimeSource = zero_time,
     ) -> None:
         if num_channels < 1:
             raise ValueError(f"a barrier handler needs at least one input channel, got {num_channels}")
@@ -175,19 +176,21 @@ class CheckpointBarrierHandler(abc.ABC):
         """False while the unaligner still waits for barriers of ``checkpoint_id``; else True."""
         return True
 
-    @property
-    def observes_data(self) -> bool:
-        """True if the gate must call :meth:`on_data` for every non-control item it hands out."""
-        return False
+    def data_observer(self) -> Callable[[int, object], None] | None:
+        """What the gate must call with ``(channel, item)`` for every non-control item, or None.
 
-    def on_data(self, channel: int, item: object) -> None:
-        """Called by the gate for each non-control item when :attr:`observes_data` is True."""
+        Only unaligned handlers with a :class:`ChannelStateWriter` observe data (to persist in-flight
+        items); the gate asks once, at construction, so the aligned hot path pays nothing.
+        """
+        return None
 
     def release_blocks_and_reset_barriers(self) -> None:
         """Unblock every channel and forget the barriers of the running alignment (if any)."""
+        return None
 
     def abort_pending_checkpoint(self, checkpoint_id: int, reason: BarrierAbortReason) -> None:
         """Abort the pending checkpoint if it is older than ``checkpoint_id`` (used when switching)."""
+        return None
 
     @abc.abstractmethod
     def is_checkpoint_pending(self) -> bool:

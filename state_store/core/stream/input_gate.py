@@ -83,7 +83,7 @@ class IteratorChannel:
     If the iterator yields :data:`END_OF_PARTITION` itself, nothing is added.
     """
 
-    __slots__ = ("_iterator", "_ended")
+    __slots__ = ("_ended", "_iterator")
 
     def __init__(self, items: Iterable[object]) -> None:
         self._iterator: Iterator[object] = iter(items)
@@ -112,7 +112,16 @@ _CONTROL = frozenset((CheckpointBarrier, CancelCheckpointMarker, EndOfPartition)
 class CheckpointedInputGate:
     """Polls N channels round-robin and routes control events to a barrier handler (module docstring)."""
 
-    __slots__ = ("_channels", "_polls", "_handler", "_finished", "_num_finished", "_active", "_cursor", "_observe")
+    __slots__ = (
+        "_active",
+        "_channels",
+        "_cursor",
+        "_finished",
+        "_handler",
+        "_num_finished",
+        "_observer",
+        "_polls",
+    )
 
     def __init__(self, channels: Sequence[Channel], handler: CheckpointBarrierHandler) -> None:
         if len(channels) != handler.num_channels:
@@ -127,7 +136,7 @@ class CheckpointedInputGate:
         self._num_finished = 0
         self._active: list[int] = list(range(len(self._channels)))
         self._cursor = 0
-        self._observe = handler.observes_data
+        self._observer = handler.data_observer()
 
     @property
     def handler(self) -> CheckpointBarrierHandler:
@@ -158,10 +167,12 @@ class CheckpointedInputGate:
             kind = item.__class__
             if kind not in _CONTROL:
                 self._cursor = pos + 1
-                if self._observe:
-                    self._handler.on_data(channel, item)
+                observer = self._observer
+                if observer is not None:
+                    observer(channel, item)
                 # tuple.__new__ skips NamedTuple's Python-level __new__ (hot path)
-                return cast(BufferOrEvent, _new_buffer_or_event(BufferOrEvent, (channel, item)))
+                fast: BufferOrEvent = _new_buffer_or_event(BufferOrEvent, (channel, item))
+                return fast
             if kind is CheckpointBarrier:
                 self._handler.process_barrier(cast(CheckpointBarrier, item), channel)
                 self._refresh(channel)
@@ -177,6 +188,12 @@ class CheckpointedInputGate:
             self._handler.process_end_of_partition(channel)
             self._refresh(channel)
             return BufferOrEvent(channel, item)
+
+    def __iter__(self) -> Iterator[BufferOrEvent]:
+        """Yield items until none is available now (for finite channels: until the end of input)."""
+        poll_next = self.poll_next
+        while (polled := poll_next()) is not None:
+            yield polled
 
     def _refresh(self, last_channel: int) -> None:
         """Recompute the pollable channels after the handler may have blocked or released some."""

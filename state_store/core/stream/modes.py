@@ -24,8 +24,8 @@ from state_store.core.stream.handler import (
     ChannelStateWriter,
     CheckpointBarrierHandler,
     CheckpointBarrierListener,
-    Clock,
-    _zero_clock,
+    TimeSource,
+    zero_time,
 )
 from state_store.core.stream.tracker import MAX_CHECKPOINTS_TO_TRACK, CheckpointBarrierTracker
 from state_store.core.stream.unaligner import CheckpointBarrierUnaligner
@@ -65,8 +65,8 @@ def create_barrier_handler(
     unaligned: bool = False,
     channel_state_writer: ChannelStateWriter | None = None,
     max_tracked_checkpoints: int = MAX_CHECKPOINTS_TO_TRACK,
-    now_ns: Clock = _zero_clock,
-    now_ms: Clock = _zero_clock,
+    now_ns: TimeSource = zero_time,
+    now_ms: TimeSource = zero_time,
 ) -> CheckpointBarrierHandler:
     """Build the handler for ``mode`` over ``num_channels`` channels (see the module table).
 

@@ -39,8 +39,8 @@ from state_store.core.stream.handler import (
     BarrierAbortReason,
     CheckpointBarrierHandler,
     CheckpointBarrierListener,
-    Clock,
-    _zero_clock,
+    TimeSource,
+    zero_time,
 )
 
 MAX_CHECKPOINTS_TO_TRACK = 50
@@ -69,7 +69,7 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
     (after each call); a checkpoint is triggered or aborted at most once.
     """
 
-    __slots__ = ("_pending", "_latest_pending_id", "_max_tracked", "_num_closed")
+    __slots__ = ("_latest_pending_id", "_max_tracked", "_num_closed", "_pending")
 
     def __init__(
         self,
@@ -77,8 +77,8 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         listener: CheckpointBarrierListener,
         *,
         max_tracked_checkpoints: int = MAX_CHECKPOINTS_TO_TRACK,
-        now_ns: Clock = _zero_clock,
-        now_ms: Clock = _zero_clock,
+        now_ns: TimeSource = zero_time,
+        now_ms: TimeSource = zero_time,
     ) -> None:
         super().__init__(num_channels, listener, now_ns=now_ns, now_ms=now_ms)
         if max_tracked_checkpoints < 1:
@@ -161,7 +161,9 @@ class CheckpointBarrierTracker(CheckpointBarrierHandler):
         while self._pending:
             count = self._pending.popleft()
             if count.mark_aborted():
-                self._notify_abort(count.checkpoint_id, BarrierAbortReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM)
+                self._notify_abort(
+                    count.checkpoint_id, BarrierAbortReason.CHECKPOINT_DECLINED_INPUT_END_OF_STREAM
+                )
 
     # ------------------------------------------------------------------ queries
     @property

@@ -30,14 +30,16 @@ so a barrier is received when it is consumed and one counter serves both.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from state_store.core.stream.events import CancelCheckpointMarker, CheckpointBarrier
 from state_store.core.stream.handler import (
     BarrierAbortReason,
     ChannelStateWriter,
     CheckpointBarrierHandler,
     CheckpointBarrierListener,
-    Clock,
-    _zero_clock,
+    TimeSource,
+    zero_time,
 )
 
 
@@ -49,7 +51,7 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
     the current barrier while it is pending; ``current_checkpoint_id`` never decreases.
     """
 
-    __slots__ = ("_writer", "_in_flight", "_closed", "_num_open", "_num_barriers_received", "_current_id")
+    __slots__ = ("_closed", "_current_id", "_in_flight", "_num_barriers_received", "_num_open", "_writer")
 
     def __init__(
         self,
@@ -57,8 +59,8 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
         listener: CheckpointBarrierListener,
         *,
         channel_state_writer: ChannelStateWriter | None = None,
-        now_ns: Clock = _zero_clock,
-        now_ms: Clock = _zero_clock,
+        now_ns: TimeSource = zero_time,
+        now_ms: TimeSource = zero_time,
     ) -> None:
         super().__init__(num_channels, listener, now_ns=now_ns, now_ms=now_ms)
         self._writer = channel_state_writer
@@ -71,7 +73,9 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
     # ------------------------------------------------------------------ barriers
     def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
         barrier_id = barrier.checkpoint_id
-        if barrier_id < self._current_id or (barrier_id == self._current_id and not self.is_checkpoint_pending()):
+        if barrier_id < self._current_id or (
+            barrier_id == self._current_id and not self.is_checkpoint_pending()
+        ):
             return  # old, cancelled, aborted or complete
         if barrier_id > self._current_id:
             if self.is_checkpoint_pending():
@@ -91,12 +95,12 @@ class CheckpointBarrierUnaligner(CheckpointBarrierHandler):
                     self._writer.finish_input(barrier_id)
 
     def on_data(self, channel: int, item: object) -> None:
+        """Hand ``item`` to the writer if ``channel`` still has in-flight data of the current checkpoint."""
         if self._in_flight[channel] and self._writer is not None:
             self._writer.add_input_data(self._current_id, channel, item)
 
-    @property
-    def observes_data(self) -> bool:
-        return self._writer is not None
+    def data_observer(self) -> Callable[[int, object], None] | None:
+        return self.on_data if self._writer is not None else None
 
     # ------------------------------------------------------------------ cancellation
     def process_cancellation_barrier(self, marker: CancelCheckpointMarker) -> None:

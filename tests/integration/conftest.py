@@ -1,4 +1,4 @@
-"""A real SeaweedFS S3 server for the storage integration tests (one per session)."""
+"""Fixtures shared by integration tests: one real SeaweedFS S3 server per session, on 127.0.0.1."""
 
 from __future__ import annotations
 
