@@ -4,6 +4,7 @@ A real S3 server for tests lives in ``state_store.testing.seaweedfs`` (``Seaweed
 not imported here so the kit stays light.
 """
 
+from state_store.core.stream import ScriptedChannel
 from state_store.testing.clock import ManualClock
 from state_store.testing.faulty_store import Fault, FaultyObjectStore
 from state_store.testing.killpoints import KillAt, SimulatedCrash, kill_switch_from_env
@@ -13,6 +14,7 @@ __all__ = [
     "FaultyObjectStore",
     "KillAt",
     "ManualClock",
+    "ScriptedChannel",
     "SimulatedCrash",
     "kill_switch_from_env",
 ]

@@ -4,6 +4,7 @@ operation. Each step is retried as a whole (as Airflow retries a task); the inva
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import TypeVar
 
 import pytest
@@ -35,6 +36,23 @@ def retried(step: Callable[[], T], attempts: int = 50) -> T:
     raise AssertionError("step never succeeded")
 
 
+def run_epoch(job: Job, faulty: FaultyObjectStore, run_id: str) -> None:
+    """One DAG run; every step is a fresh process that may die on a storage error and is retried."""
+    config = job.coordinator.config
+
+    def coordinator() -> CheckpointCoordinator:
+        return CheckpointCoordinator(faulty, "job", clock=job.clock, config=config)
+
+    n = retried(lambda: coordinator().trigger(list(TASKS), request_id=run_id).checkpoint_id)
+    attempt = retried(lambda: coordinator().start_attempt(n).attempt)
+    responder = TaskCheckpointResponder(faulty, "job")
+    for task in TASKS:
+        retried(partial(job.ack, n, task, attempt=attempt, generation=1, responder=responder))
+    result = retried(lambda: coordinator().complete(n))
+    assert result.status == "completed", result
+    retried(lambda: apply_retention(faulty, "job", config, job.clock))
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_checkpoints_complete_and_stay_consistent_under_lost_responses_and_errors(seed: int) -> None:
     inner = MemoryObjectStore(f"faults-{seed}")
@@ -47,24 +65,12 @@ def test_checkpoints_complete_and_stay_consistent_under_lost_responses_and_error
         ],
         seed=seed,
     )
-    job: Job = make_job(CheckpointConfig(timeout_ms=600_000, retained_checkpoints=2, orphan_grace_ms=0),
-                        store=faulty)
-    config = job.coordinator.config
+    job: Job = make_job(
+        CheckpointConfig(timeout_ms=600_000, retained_checkpoints=2, orphan_grace_ms=0), store=faulty
+    )
     pointers: list[int] = []
     for epoch in range(8):
-        # every step is a fresh process (coordinator) that may die on a storage error and is retried
-        def coordinator() -> CheckpointCoordinator:
-            return CheckpointCoordinator(faulty, "job", clock=job.clock, config=config)
-
-        run_id = f"scheduled__epoch-{epoch}"
-        n = retried(lambda: coordinator().trigger(list(TASKS), request_id=run_id).checkpoint_id)
-        attempt = retried(lambda: coordinator().start_attempt(n).attempt)
-        responder = TaskCheckpointResponder(faulty, "job")
-        for task in TASKS:
-            retried(lambda task=task: job.ack(n, task, attempt=attempt, generation=1, responder=responder))
-        result = retried(lambda: coordinator().complete(n))
-        assert result.status == "completed", result
-        retried(lambda: apply_retention(faulty, "job", config, job.clock))
+        run_epoch(job, faulty, f"scheduled__epoch-{epoch}")
         pointer = documents.read_optional(inner, "job/LATEST", LatestPointer)
         assert pointer is not None
         pointers.append(pointer.checkpoint_id)
