@@ -1,0 +1,149 @@
+"""The user-facing pipeline API: ``Job``, ``DataStream``, ``KeyedStream``.
+
+Example (the shape of ``spark_jobs/examples/clickstream.py``)::
+
+    job = Job("clickstream", parallelism=2, mode="exactly_once")
+    events = job.source(GeneratorSource(...), uid="events", out_of_orderness_ms=2_000)
+    unique = events.key_by("event_id").deduplicate(ttl_ms=3_600_000, uid="dedup")
+    counts = unique.key_by("page").window(TumblingEventTimeWindows(10_000), Count(), uid="page-counts")
+    counts.sink(ParquetSinkSpec(), uid="page-counts-sink")
+
+Record-level functions are vectorized: ``map``/``flat_map`` take and return a ``pyarrow.RecordBatch``
+and ``filter`` returns a boolean array for the batch. Per-record Python is the slow path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.api.graph import JobDefinitionError, JobGraph, Step
+from state_store.core.config import CheckpointConfig
+from state_store.core.keygroups import check_max_parallelism, check_parallelism
+from state_store.core.layout import validate_name
+from state_store.core.stream.modes import parse_checkpointing_mode
+
+BatchFn = Callable[[pa.RecordBatch], pa.RecordBatch]
+MaskFn = Callable[[pa.RecordBatch], Any]
+KeySpec = str | Callable[[pa.RecordBatch], Any]
+
+
+@dataclass
+class Job:
+    """A pipeline with a stable ``job_id``; its state lives under ``<store>/<job_id>/``.
+
+    * ``max_parallelism`` -- number of key groups (the unit of rescaling); fixed for the job's life.
+    * ``parallelism`` -- subtasks per stage (each owns a contiguous range of key groups).
+    * ``mode`` -- ``exactly_once`` (aligned), ``at_least_once`` or ``unaligned``.
+    * ``max_records_per_epoch`` -- cap of records per source partition per epoch.
+    """
+
+    job_id: str
+    parallelism: int = 2
+    max_parallelism: int = 128
+    mode: str = "exactly_once"
+    retained_checkpoints: int = 3
+    max_records_per_epoch: int = 100_000
+    checkpoint_timeout_ms: int = 10 * 60 * 1000
+    tolerable_failures: int = 3
+    min_pause_ms: int = 0
+
+    def __post_init__(self) -> None:
+        validate_name("job id", self.job_id)
+        check_max_parallelism(self.max_parallelism)
+        check_parallelism(self.max_parallelism, self.parallelism)
+        parse_checkpointing_mode(self.mode)
+        if self.max_records_per_epoch < 1:
+            raise JobDefinitionError(
+                f"max_records_per_epoch={self.max_records_per_epoch} is invalid: use >= 1"
+            )
+        self.graph = JobGraph()
+        self.checkpoint_config()  # validates the numbers
+
+    def checkpoint_config(self) -> CheckpointConfig:
+        return CheckpointConfig(
+            timeout_ms=self.checkpoint_timeout_ms,
+            tolerable_failures=self.tolerable_failures,
+            retained_checkpoints=self.retained_checkpoints,
+            min_pause_ms=self.min_pause_ms,
+        )
+
+    def source(
+        self,
+        source: Any,
+        *,
+        uid: str,
+        out_of_orderness_ms: int = 0,
+        idleness_ms: int | None = None,
+    ) -> DataStream:
+        """Read a replayable source; watermarks = max event time - out_of_orderness - 1 per partition."""
+        step = Step(
+            "source",
+            uid,
+            {"source": source, "out_of_orderness_ms": out_of_orderness_ms, "idleness_ms": idleness_ms},
+            uid=uid,
+            stateful=True,
+        )
+        return DataStream(self, self.graph.add(step))
+
+
+@dataclass
+class DataStream:
+    job: Job
+    step: Step
+
+    def _then(self, kind: str, name: str, spec: dict[str, Any], **flags: Any) -> Step:
+        return self.job.graph.add(Step(kind, name, spec, inputs=[self.step], **flags))
+
+    def map(self, fn: BatchFn, *, name: str = "map") -> DataStream:
+        return DataStream(self.job, self._then("map", name, {"fn": fn}))
+
+    def flat_map(self, fn: BatchFn, *, name: str = "flat_map") -> DataStream:
+        return DataStream(self.job, self._then("map", name, {"fn": fn}))
+
+    def filter(self, fn: MaskFn, *, name: str = "filter") -> DataStream:
+        return DataStream(self.job, self._then("filter", name, {"fn": fn}))
+
+    def key_by(self, key: KeySpec, *, name: str | None = None) -> KeyedStream:
+        label = name or (key if isinstance(key, str) else "key_by")
+        return KeyedStream(self.job, self._then("key_by", f"key_by({label})", {"key": key}))
+
+    def sink(self, sink: Any, *, uid: str) -> None:
+        self._then("sink", uid, {"sink": sink}, uid=uid, stateful=True)
+
+
+@dataclass
+class KeyedStream(DataStream):
+    def process(self, fn: Any, *, uid: str) -> DataStream:
+        """Run a KeyedProcessFunction (keyed state + timers) per key group."""
+        return DataStream(
+            self.job, self._then("process", uid, {"fn": fn}, uid=uid, stateful=True, keyed=True)
+        )
+
+    def window(
+        self,
+        assigner: Any,
+        aggregate: Any,
+        *,
+        uid: str,
+        allowed_lateness_ms: int = 0,
+        late_output: Any = None,
+    ) -> DataStream:
+        """Event-time windows with an incremental aggregate; records later than the watermark plus
+        ``allowed_lateness_ms`` go to ``late_output`` (a sink) or are counted and dropped."""
+        spec = {
+            "assigner": assigner,
+            "aggregate": aggregate,
+            "allowed_lateness_ms": allowed_lateness_ms,
+            "late_output": late_output,
+        }
+        return DataStream(self.job, self._then("window", uid, spec, uid=uid, stateful=True, keyed=True))
+
+    def deduplicate(self, *, ttl_ms: int, uid: str) -> DataStream:
+        """Keep the first record per key; a key is forgotten ``ttl_ms`` after it was first seen."""
+        return DataStream(
+            self.job, self._then("dedup", uid, {"ttl_ms": ttl_ms}, uid=uid, stateful=True, keyed=True)
+        )

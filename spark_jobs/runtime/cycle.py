@@ -1,0 +1,285 @@
+"""The epoch cycle of DESIGN section 3 as plain functions (the DAG tasks and ``epochal run`` call
+these, nothing else):
+
+1. :func:`trigger_epoch` -- barrier positions per source partition (capped by
+   ``max_records_per_epoch``), expected acks, restore base; allocates checkpoint n. None when there
+   is no new input (the DAG run short-circuits).
+2. :func:`run_epoch` -- registers an attempt and runs every subtask (Spark or in process).
+   In ``at_least_once`` mode the sinks' output becomes visible here (a non-transactional sink).
+3. :func:`complete_epoch` -- the coordinator collects acks and commits or aborts.
+4. :func:`notify_epoch_complete` -- sinks commit every pre-committed transaction up to n
+   (``recover_and_commit`` after a crash: idempotent).
+5. :func:`apply_job_retention`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_jobs.api.graph import Stage
+from spark_jobs.api.job import Job
+from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime.executors import run_in_process, run_on_spark
+from spark_jobs.runtime.plan import EpochPlan
+from state_store.core import killpoints
+from state_store.core.cleaner import apply_retention
+from state_store.core.completed import load_completed
+from state_store.core.coordinator import CheckpointCoordinator, CompletionResult, Gate
+from state_store.core.manifests import PendingRecord, TaskId
+from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
+from state_store.core.properties import CheckpointProperties
+from state_store.core.retention import RetentionPlan
+from state_store.core.twophase import PreCommittedTxn, commit_pending_transactions, records_from_metadata
+from state_store.storage import open_store
+
+Executor = str  # "local" (in process) or "spark"
+
+
+def coordinator_for(
+    job: Job, store: ObjectStore, clock: Clock, kill: KillSwitch = NO_KILL
+) -> CheckpointCoordinator:
+    return CheckpointCoordinator(
+        store,
+        job.job_id,
+        clock=clock,
+        config=job.checkpoint_config(),
+        kill=kill,
+        max_parallelism=job.max_parallelism,
+    )
+
+
+def sink_specs(job: Job) -> dict[str, Any]:
+    """Every sink of the job by uid (main sinks and window late-data sinks)."""
+    specs: dict[str, Any] = {}
+    for step in job.graph.steps:
+        if step.kind == "sink" and step.uid:
+            specs[step.uid] = step.spec["sink"]
+        if step.kind == "window" and step.spec.get("late_output") is not None:
+            specs[f"{step.uid}-late"] = step.spec["late_output"]
+    return specs
+
+
+def expected_tasks(job: Job) -> list[TaskId]:
+    """Who must acknowledge: every source partition, stateful operator subtask and sink subtask."""
+    stages = job.graph.stages()
+    tasks: list[TaskId] = []
+    for stage in stages:
+        n = topo.width(stage, job)
+        for step in stage.steps:
+            uids = [step.uid] if step.stateful and step.uid else []
+            if step.kind == "window" and step.spec.get("late_output") is not None:
+                uids.append(f"{step.uid}-late")
+            tasks.extend(TaskId(uid, i) for uid in uids for i in range(n))
+    return tasks
+
+
+def _source_stages(job: Job) -> list[Stage]:
+    return [s for s in job.graph.stages() if s.key is None]
+
+
+def trigger_epoch(
+    job: Job,
+    store: ObjectStore,
+    clock: Clock,
+    *,
+    request_id: str = "",
+    savepoint: bool = False,
+    force: bool = False,
+    kill: KillSwitch = NO_KILL,
+) -> PendingRecord | None:
+    """Step 1 (see module docstring). Returns None when no source has new input (and not forced)."""
+    coordinator = coordinator_for(job, store, clock, kill)
+    notify_epoch_complete(job, store, clock, None, kill=kill)  # recover_and_commit after a crash
+    latest = coordinator.latest_completed()
+    base = latest.metadata.positions.get("ranges", {}) if latest else {}
+    now = clock.now_ms()
+    ranges: dict[str, list[int]] = {}
+    for stage in _source_stages(job):
+        source = stage.steps[0].spec["source"]
+        uid = stage.steps[0].uid or source.uid
+        available = source.end_offsets(now)
+        for partition in source.partitions():
+            key = topo.position_key(uid, partition)
+            start = int(base.get(key, [0, 0])[1])
+            end = max(start, min(int(available.get(partition, start)), start + job.max_records_per_epoch))
+            ranges[key] = [start, end]
+    has_new_input = any(end > start for start, end in ranges.values())
+    props = (
+        CheckpointProperties.savepoint_props()
+        if savepoint
+        else CheckpointProperties.forced_checkpoint()
+        if force
+        else CheckpointProperties.checkpoint()
+    )
+    from state_store.core.failures import CheckpointException, CheckpointFailureReason
+
+    try:
+        return coordinator.trigger(
+            expected_tasks(job),
+            properties=props,
+            positions={"ranges": ranges, "base": latest.checkpoint_id if latest else None},
+            has_new_input=has_new_input,
+            request_id=request_id,
+        )
+    except CheckpointException as exc:
+        if exc.reason is CheckpointFailureReason.NO_NEW_INPUT:
+            return None
+        raise
+
+
+def run_epoch(
+    job: Job,
+    store_uri: str,
+    checkpoint_id: int,
+    clock: Clock,
+    *,
+    executor: Executor = "local",
+    spark: Any = None,
+    drain: bool = False,
+    kill: KillSwitch = NO_KILL,
+) -> list[dict[str, Any]]:
+    """Step 2: one new attempt of epoch n, restoring from the base recorded at trigger time."""
+    store = open_store(store_uri)
+    coordinator = coordinator_for(job, store, clock, kill)
+    pending = coordinator.pending_record(checkpoint_id)
+    attempt = coordinator.start_attempt(checkpoint_id)
+    plan = EpochPlan(
+        job=job,
+        store_uri=store_uri,
+        checkpoint_id=checkpoint_id,
+        attempt=attempt.attempt,
+        generation=pending.generation,
+        trigger_ms=pending.trigger_ms,
+        savepoint=pending.properties.savepoint,
+        positions=dict(pending.positions.get("ranges", {})),
+        restore_id=pending.positions.get("base"),
+        drain=drain,
+    )
+    if executor == "spark":
+        summaries = run_on_spark(spark, plan)
+    elif executor == "local":
+        summaries = run_in_process(plan)
+    else:
+        raise ValueError(f"executor {executor!r} is unknown: use 'local' or 'spark'")
+    if job.mode == "at_least_once":
+        _commit_attempt_now(job, store, coordinator, checkpoint_id, attempt.attempt, kill)
+    return summaries
+
+
+def _commit_attempt_now(
+    job: Job,
+    store: ObjectStore,
+    coordinator: CheckpointCoordinator,
+    checkpoint_id: int,
+    attempt: int,
+    kill: KillSwitch,
+) -> None:
+    """At-least-once sinks make their output visible at the snapshot, not at completion."""
+    from state_store.core import documents
+    from state_store.core.manifests import AckRecord
+    from state_store.core.twophase import records_from_snapshot
+
+    layout = coordinator.layout
+    records: list[PreCommittedTxn] = []
+    for info in store.list(layout.acks_prefix(checkpoint_id)):
+        ack = documents.read(store, info.key, AckRecord)
+        if ack.attempt == attempt:
+            records.extend(records_from_snapshot(ack.snapshot))
+    for uid, spec in sink_specs(job).items():
+        mine = [r for r in records if r.sink_uid == uid]
+        if mine:
+            commit_pending_transactions(spec.create(store, job.job_id, uid), mine, checkpoint_id, kill=kill)
+
+
+def complete_epoch(
+    job: Job,
+    store: ObjectStore,
+    clock: Clock,
+    checkpoint_id: int,
+    *,
+    gate: Gate | None = None,
+    kill: KillSwitch = NO_KILL,
+) -> CompletionResult:
+    """Step 3."""
+    return coordinator_for(job, store, clock, kill).complete(checkpoint_id, gate=gate)
+
+
+def notify_epoch_complete(
+    job: Job, store: ObjectStore, clock: Clock, checkpoint_id: int | None, *, kill: KillSwitch = NO_KILL
+) -> dict[str, tuple[int, ...]]:
+    """Step 4: commit the sink transactions of every completed checkpoint up to n (None: the
+    latest) that is not committed yet, oldest first. Idempotent; finishes an interrupted commit."""
+    coordinator = coordinator_for(job, store, clock)
+    completed, _ = coordinator.recover()
+    metas = sorted((c.metadata for c in completed), key=lambda m: m.checkpoint_id)
+    up_to = checkpoint_id if checkpoint_id is not None else (metas[-1].checkpoint_id if metas else 0)
+    committed: dict[str, tuple[int, ...]] = {}
+    for uid, spec in sink_specs(job).items():
+        sink = spec.create(store, job.job_id, uid)
+        done = sink.committed_checkpoint_ids()
+        records = [
+            r
+            for m in metas
+            if m.checkpoint_id <= up_to and m.checkpoint_id not in done
+            for r in records_from_metadata(m, uid)
+        ]
+        if records:
+            committed[uid] = commit_pending_transactions(sink, records, up_to, kill=kill).committed
+    return committed
+
+
+def apply_job_retention(
+    job: Job, store: ObjectStore, clock: Clock, *, kill: KillSwitch = NO_KILL
+) -> RetentionPlan:
+    """Step 5."""
+    return apply_retention(store, job.job_id, job.checkpoint_config(), clock, kill=kill)
+
+
+@dataclass
+class CycleReport:
+    checkpoint_id: int | None
+    status: str
+    summaries: list[dict[str, Any]] = field(default_factory=list)
+    reason: str = ""
+
+
+def run_cycle(
+    job: Job,
+    store_uri: str,
+    clock: Clock,
+    *,
+    executor: Executor = "local",
+    spark: Any = None,
+    request_id: str = "",
+    drain: bool = False,
+    kill: KillSwitch = NO_KILL,
+    gate: Gate | None = None,
+) -> CycleReport:
+    """Steps 1-5 once. A crashed previous run leaves an undecided checkpoint: it is retried here
+    as a new attempt of the same checkpoint when the request id matches, else aborted (failover)."""
+    store = open_store(store_uri)
+    coordinator = coordinator_for(job, store, clock, kill)
+    if not request_id:
+        coordinator.failover()
+    pending = trigger_epoch(job, store, clock, request_id=request_id, force=drain, kill=kill)
+    if pending is None:
+        return CycleReport(None, "skipped", reason="no new input")
+    n = pending.checkpoint_id
+    summaries = run_epoch(job, store_uri, n, clock, executor=executor, spark=spark, drain=drain, kill=kill)
+    result = complete_epoch(job, store, clock, n, gate=gate, kill=kill)
+    if result.status == "completed":
+        notify_epoch_complete(job, store, clock, n, kill=kill)
+    apply_job_retention(job, store, clock, kill=kill)
+    return CycleReport(n, result.status, summaries, result.message)
+
+
+def committed_checkpoint(job: Job, store: ObjectStore, checkpoint_id: int) -> Any:
+    from state_store.core.layout import JobLayout
+
+    return load_completed(store, JobLayout(job.job_id), checkpoint_id)
+
+
+Unused = Callable[..., Any]
+_ = killpoints

@@ -1,0 +1,79 @@
+"""Vectorized key extraction and key groups for Arrow batches.
+
+The key group of every row is ``state_store.core.keygroups.key_group_of(key)`` -- the one stable
+function. Vectorization: the column is dictionary-encoded, the stable hash runs once per *distinct*
+key (in Python), and the result is spread to the rows with one ``take``. The test
+``tests/unit/runtime/test_keys.py`` proves equality with the scalar function, also across processes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from numpy.typing import NDArray
+
+from state_store.core.keygroups import key_group_of
+
+KeySpec = str | Callable[[pa.RecordBatch], Any]
+
+
+def key_column(batch: pa.RecordBatch, key: KeySpec) -> pa.Array:
+    """The key of every row: a column name, or a function of the batch returning an array."""
+    if isinstance(key, str):
+        index = batch.schema.get_field_index(key)
+        if index < 0:
+            raise KeyError(f"key column {key!r} is not in the batch (columns: {batch.schema.names})")
+        return batch.column(index)
+    result = key(batch)
+    array = result if isinstance(result, (pa.Array, pa.ChunkedArray)) else pa.array(result)
+    if isinstance(array, pa.ChunkedArray):
+        array = array.combine_chunks()
+    if len(array) != batch.num_rows:
+        raise ValueError(f"key function returned {len(array)} keys for {batch.num_rows} rows")
+    return array
+
+
+def distinct_keys(keys: pa.Array) -> tuple[list[Any], NDArray[np.int64]]:
+    """(distinct keys as Python values, index of each row's key in that list)."""
+    encoded = pc.dictionary_encode(keys)
+    uniques = encoded.dictionary.to_pylist()
+    indices = encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
+    return uniques, indices
+
+
+def key_groups(keys: pa.Array, max_parallelism: int) -> NDArray[np.int32]:
+    """Key group of every row (int32), computed once per distinct key."""
+    if len(keys) == 0:
+        return np.zeros(0, dtype=np.int32)
+    uniques, indices = distinct_keys(keys)
+    per_unique = np.fromiter(
+        (key_group_of(k, max_parallelism) for k in uniques), dtype=np.int32, count=len(uniques)
+    )
+    return per_unique[indices]
+
+
+def subtasks_of_key_groups(
+    groups: NDArray[np.int32], max_parallelism: int, parallelism: int
+) -> NDArray[np.int32]:
+    """Flink's operator index for each key group: ``kg * parallelism // max_parallelism``."""
+    return ((groups.astype(np.int64) * parallelism) // max_parallelism).astype(np.int32)
+
+
+def split_by(batch: pa.RecordBatch, targets: NDArray[np.int32], n: int) -> list[pa.RecordBatch | None]:
+    """Split ``batch`` into ``n`` batches by the target index of each row (order kept per target)."""
+    out: list[pa.RecordBatch | None] = [None] * n
+    if batch.num_rows == 0:
+        return out
+    order = np.argsort(targets, kind="stable")
+    sorted_targets = targets[order]
+    bounds = np.searchsorted(sorted_targets, np.arange(n + 1))
+    taken = batch.take(pa.array(order))
+    for t in range(n):
+        lo, hi = int(bounds[t]), int(bounds[t + 1])
+        if hi > lo:
+            out[t] = taken.slice(lo, hi - lo)
+    return out

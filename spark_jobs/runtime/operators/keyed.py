@@ -1,0 +1,72 @@
+"""Keyed operators share this base: a heap keyed state backend and a timer service over the
+key groups the subtask owns, both restored before ``open`` returns."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.runtime.keys import KeySpec, key_column
+from spark_jobs.runtime.operators.base import Operator, OperatorContext, OperatorRestore, OperatorSnapshot
+from state_store.core.keygroups import key_group_of
+from state_store.core.state import KeyedStateBackend
+from state_store.core.stream.timers import InternalTimer, TimerService
+
+
+class KeyedOperator(Operator):
+    stateful = True
+
+    def __init__(self, uid: str, key: KeySpec) -> None:
+        super().__init__()
+        self.uid = uid
+        self.key = key
+        self.key_name = key if isinstance(key, str) else "key"
+        self._now = 0
+
+    def now_ms(self) -> int:
+        return self._now
+
+    def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
+        super().open(ctx, restored)
+        self._now = ctx.now_ms
+        self.backend = KeyedStateBackend(ctx.key_groups, ctx.max_parallelism, now_ms=self.now_ms)
+        self.timers: TimerService[Any, Any] = TimerService(
+            self, lambda key: key_group_of(key, ctx.max_parallelism)
+        )
+        self.register_states()
+        if restored is not None:
+            self.backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
+            self.timers.restore(restored.timers, key_groups=ctx.key_groups)
+            self.restore_extra(restored.extra)
+
+    def register_states(self) -> None:
+        """Touch every state descriptor once so snapshots list it even when empty."""
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        return None
+
+    def keys_of(self, batch: pa.RecordBatch) -> pa.Array:
+        return key_column(batch, self.key)
+
+    def process_watermark(self, timestamp: int) -> None:
+        self.timers.advance_watermark(timestamp)
+        self.flush_timer_output()
+        self.out.emit_watermark(timestamp)
+
+    def flush_timer_output(self) -> None:
+        """Emit what timers produced during one ``advance_watermark`` as one batch."""
+
+    def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
+        return None
+
+    def on_processing_time(self, timer: InternalTimer[Any, Any]) -> None:
+        return None
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        return OperatorSnapshot(
+            self.backend.snapshot(checkpoint_id), self.timers.snapshot(), self.snapshot_extra()
+        )
+
+    def snapshot_extra(self) -> dict[str, Any]:
+        return {}

@@ -1,0 +1,104 @@
+"""Runs a KeyedProcessFunction: one call per distinct key per chunk, timers, emitted rows."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spark_jobs.api.functions import KeyedProcessFunction
+from spark_jobs.runtime.keys import KeySpec, distinct_keys
+from spark_jobs.runtime.operators.keyed import KeyedOperator
+from state_store.core.stream.timers import InternalTimer
+
+_NS = "user"
+
+
+class _Context:
+    def __init__(self, op: ProcessOperator) -> None:
+        self.op = op
+        self.key: Any = None
+        self.ts = 0
+
+    @property
+    def current_key(self) -> Any:
+        return self.key
+
+    @property
+    def current_watermark(self) -> int:
+        return self.op.timers.current_watermark
+
+    @property
+    def processing_time(self) -> int:
+        return self.op.now_ms()
+
+    def state(self, descriptor: Any) -> Any:
+        return self.op.backend.get_state(descriptor)
+
+    def register_event_time_timer(self, timestamp: int) -> None:
+        self.op.timers.register_event_time_timer(self.key, _NS, int(timestamp))
+
+    def register_processing_time_timer(self, timestamp: int) -> None:
+        self.op.timers.register_processing_time_timer(self.key, _NS, int(timestamp))
+
+    def delete_event_time_timer(self, timestamp: int) -> None:
+        self.op.timers.delete_event_time_timer(self.key, _NS, int(timestamp))
+
+    def emit(self, row: dict[str, Any]) -> None:
+        """Emit a row; its event time ``_ts`` defaults to the input's (or the timer's) time."""
+        self.op.rows.append(row if "_ts" in row else {**row, "_ts": self.ts})
+
+    def side_output(self, tag: str, row: dict[str, Any]) -> None:
+        self.op.side_rows.setdefault(tag, []).append(row)
+
+
+class ProcessOperator(KeyedOperator):
+    def __init__(self, uid: str, key: KeySpec, fn: KeyedProcessFunction) -> None:
+        super().__init__(uid, key)
+        self.fn = fn
+        self.rows: list[dict[str, Any]] = []
+        self.side_rows: dict[str, list[dict[str, Any]]] = {}
+        self.context = _Context(self)
+
+    def register_states(self) -> None:
+        for descriptor in self.fn.state_descriptors:
+            self.backend.bulk(descriptor)
+
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        uniques, indices = distinct_keys(self.keys_of(batch))
+        records = batch.to_pylist()
+        order = np.argsort(indices, kind="stable")
+        bounds = np.searchsorted(indices[order], np.arange(len(uniques) + 1))
+        for k, key in enumerate(uniques):
+            rows = [records[i] for i in order[bounds[k] : bounds[k + 1]]]
+            self.backend.set_current_key(key)
+            self.context.key = key
+            self.context.ts = max((r.get("_ts") or 0) for r in rows)
+            self.fn.process_key(key, rows, self.context)
+        self.flush_timer_output()
+
+    def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
+        self._fire(timer)
+
+    def on_processing_time(self, timer: InternalTimer[Any, Any]) -> None:
+        self._fire(timer)
+
+    def _fire(self, timer: InternalTimer[Any, Any]) -> None:
+        self.backend.set_current_key(timer.key)
+        self.context.key = timer.key
+        self.context.ts = timer.timestamp
+        self.fn.on_timer(timer.timestamp, self.context)
+
+    def process_watermark(self, timestamp: int) -> None:
+        self.timers.advance_processing_time(self.now_ms())
+        super().process_watermark(timestamp)
+
+    def flush_timer_output(self) -> None:
+        if self.rows:
+            rows, self.rows = self.rows, []
+            self.out.emit(pa.RecordBatch.from_pylist(rows))
+        for tag, rows in list(self.side_rows.items()):
+            if rows:
+                self.out.side(tag, pa.RecordBatch.from_pylist(rows))
+        self.side_rows = {}

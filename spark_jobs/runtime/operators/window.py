@@ -1,0 +1,189 @@
+"""Event-time window aggregation (tumbling, sliding, session) with allowed lateness.
+
+Per chunk (vectorized): assign windows, split off late records (to the ``late`` side output),
+partially aggregate per (key, window) with Arrow, merge into the accumulator in keyed state
+(namespace = window start), register the firing timer ``end - 1`` for new windows. A record for a
+window that already fired but is within the allowed lateness updates it and re-emits the result
+at once (Flink's default trigger with lateness). Timers at ``end - 1`` emit results; timers at
+``end - 1 + allowed_lateness`` (the same timer when lateness is 0) clear the window's state.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from spark_jobs.api.windows import Aggregates, EventTimeSessionWindows, as_aggregates
+from spark_jobs.runtime.keys import KeySpec
+from spark_jobs.runtime.operators.keyed import KeyedOperator
+from state_store.core.state import ValueStateDescriptor
+from state_store.core.stream import MIN_TIMESTAMP
+from state_store.core.stream.timers import InternalTimer
+
+TS = "_ts"
+
+
+def event_times(batch: pa.RecordBatch) -> np.ndarray[Any, np.dtype[np.int64]]:
+    index = batch.schema.get_field_index(TS)
+    if index < 0:
+        raise KeyError(f"the batch has no {TS!r} event-time column: keep it in map functions")
+    values: np.ndarray[Any, np.dtype[np.int64]] = (
+        batch.column(index).to_numpy(zero_copy_only=False).astype(np.int64)
+    )
+    return values
+
+
+class WindowOperator(KeyedOperator):
+    def __init__(
+        self, uid: str, key: KeySpec, assigner: Any, aggregate: Any, allowed_lateness_ms: int
+    ) -> None:
+        super().__init__(uid, key)
+        if allowed_lateness_ms < 0:
+            raise ValueError(f"allowed_lateness_ms={allowed_lateness_ms} is invalid: use >= 0")
+        self.assigner = assigner
+        self.aggs: Aggregates = as_aggregates(aggregate)
+        self.lateness = allowed_lateness_ms
+        self.acc = ValueStateDescriptor[list[Any]]("acc")
+        self.sessions = ValueStateDescriptor[list[list[Any]]]("sessions")
+        self.session = isinstance(assigner, EventTimeSessionWindows)
+        self._results: list[tuple[Any, int, int, list[Any]]] = []
+        self.late_records = 0
+
+    def register_states(self) -> None:
+        self.backend.bulk(self.sessions if self.session else self.acc)
+
+    @property
+    def watermark(self) -> int:
+        return self.timers.current_watermark
+
+    # -- input ---------------------------------------------------------------------------------
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        if self.session:
+            self._process_sessions(batch)
+            return
+        ts = event_times(batch)
+        rows, starts = self.assigner.assign(ts)
+        size = self.assigner.size()
+        live = starts + size - 1 + self.lateness > self.watermark
+        late_rows = np.setdiff1d(np.arange(batch.num_rows), rows[live])
+        if len(late_rows):
+            self.late_records += len(late_rows)
+            self.out.side("late", batch.take(pa.array(late_rows)))
+        rows, starts = rows[live], starts[live]
+        if not len(rows):
+            return
+        columns: dict[str, Any] = {self.key_name: self.keys_of(batch).take(pa.array(rows)), "_ws": starts}
+        for agg in self.aggs.aggregates:
+            column, _ = agg.arrow
+            if column != [] and column not in columns:
+                columns[column] = batch.column(column).take(pa.array(rows))
+        grouped = (
+            pa.table(columns)
+            .group_by([self.key_name, "_ws"])
+            .aggregate([agg.arrow for agg in self.aggs.aggregates])
+        )
+        bulk = self.backend.bulk(self.acc)
+        window_starts = grouped.column("_ws").to_numpy()
+        keys_all = grouped.column(self.key_name).to_pylist()
+        partial_cols = [grouped.column(a.partial_column()).to_pylist() for a in self.aggs.aggregates]
+        for ws in np.unique(window_starts):
+            idx = np.nonzero(window_starts == ws)[0]
+            keys = [keys_all[i] for i in idx]
+            ws_int = int(ws)
+            current = bulk.get_many(keys, namespace=ws_int)
+            merged = []
+            for j, i in enumerate(idx):
+                stored = current[j]
+                acc = stored if stored is not None else self.aggs.zero()
+                merged.append(self.aggs.merge(acc, [col[i] for col in partial_cols]))
+                if current[j] is None:
+                    self.timers.register_event_time_timer(keys[j], ws_int, ws_int + size - 1)
+                    if self.lateness:
+                        self.timers.register_event_time_timer(
+                            keys[j], ws_int, ws_int + size - 1 + self.lateness
+                        )
+            bulk.put_many(keys, merged, namespace=ws_int)
+            if ws_int + size - 1 <= self.watermark:  # late firing inside the allowed lateness
+                self._results.extend((k, ws_int, ws_int + size, m) for k, m in zip(keys, merged))
+        self.flush_timer_output()
+
+    def _process_sessions(self, batch: pa.RecordBatch) -> None:
+        gap = self.assigner.gap_ms
+        ts = event_times(batch)
+        keys = self.keys_of(batch).to_pylist()
+        inputs = {
+            a.arrow[0]: batch.column(a.arrow[0]).to_pylist() for a in self.aggs.aggregates if a.arrow[0] != []
+        }
+        handle = self.backend.get_state(self.sessions)
+        for i in np.argsort(ts, kind="stable"):
+            t, key = int(ts[i]), keys[i]
+            if t + gap - 1 + self.lateness <= self.watermark:
+                self.late_records += 1
+                self.out.side("late", batch.slice(int(i), 1))
+                continue
+            partial = [
+                1 if a.arrow == ([], "count_all") else inputs[a.arrow[0]][i] for a in self.aggs.aggregates
+            ]
+            self.backend.set_current_key(key)
+            sessions = handle.value() or []
+            start, end, acc = t, t + gap, self.aggs.merge(self.aggs.zero(), partial)
+            kept = []
+            for s, e, a in sessions:
+                if s < end and start < e:  # overlap: merge (Flink's MergingWindowSet)
+                    self.timers.delete_event_time_timer(key, s, e - 1)
+                    start, end, acc = min(s, start), max(e, end), self.aggs.merge(a, acc)
+                else:
+                    kept.append([s, e, a])
+            kept.append([start, end, acc])
+            handle.update(sorted(kept))
+            self.timers.register_event_time_timer(key, start, end - 1)
+        self.flush_timer_output()
+
+    # -- timers --------------------------------------------------------------------------------
+    def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
+        key, ws = timer.key, timer.namespace
+        self.backend.set_current_key(key)
+        if self.session:
+            handle = self.backend.get_state(self.sessions)
+            sessions = handle.value() or []
+            remaining = []
+            for s, e, a in sessions:
+                if s == ws and e - 1 == timer.timestamp:
+                    self._results.append((key, s, e, a))
+                else:
+                    remaining.append([s, e, a])
+            handle.update(remaining or None)
+            return
+        size = self.assigner.size()
+        end = ws + size
+        handle = self.backend.get_state(self.acc)
+        self.backend.set_current_namespace(ws)
+        acc = handle.value()
+        if timer.timestamp == end - 1 and acc is not None:
+            self._results.append((key, ws, end, acc))
+        if timer.timestamp == end - 1 + self.lateness:
+            handle.clear()
+
+    def flush_timer_output(self) -> None:
+        if not self._results:
+            return
+        rows = self._results
+        self._results = []
+        columns: dict[str, Any] = {
+            self.key_name: [r[0] for r in rows],
+            "window_start": pa.array([r[1] for r in rows], pa.int64()),
+            "window_end": pa.array([r[2] for r in rows], pa.int64()),
+        }
+        results = [self.aggs.results(r[3]) for r in rows]
+        for j, agg in enumerate(self.aggs.aggregates):
+            columns[agg.name] = [res[j] for res in results]
+        columns["_ts"] = pa.array([r[2] - 1 for r in rows], pa.int64())
+        self.out.emit(pa.RecordBatch.from_pydict(columns))
+
+    def metrics(self) -> dict[str, int]:
+        return {"late_records": self.late_records}
+
+
+_ = MIN_TIMESTAMP

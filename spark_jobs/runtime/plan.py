@@ -1,0 +1,72 @@
+"""The plan of one epoch, shipped to every Spark task, and the topology helpers derived from it.
+
+Channel numbering of a stage: its input stages in order, each contributing one channel per
+upstream subtask (a source stage has one subtask per source partition).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from spark_jobs.api.graph import Stage
+from spark_jobs.api.job import Job
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    job: Job
+    store_uri: str
+    checkpoint_id: int
+    attempt: int
+    generation: int
+    trigger_ms: int
+    savepoint: bool
+    positions: dict[str, list[int]]
+    restore_id: int | None
+    drain: bool = False
+
+    def stages(self) -> list[Stage]:
+        return self.job.graph.stages()
+
+
+def source_partitions(stage: Stage) -> list[str]:
+    return list(stage.steps[0].spec["source"].partitions())
+
+
+def width(stage: Stage, job: Job) -> int:
+    """Number of subtasks of a stage."""
+    return len(source_partitions(stage)) if stage.key is None else job.parallelism
+
+
+def consumer_of(stages: list[Stage], stage: Stage) -> Stage | None:
+    consumers = [s for s in stages if stage.index in s.inputs]
+    if len(consumers) > 1:
+        raise ValueError(f"stage {stage.index} feeds {len(consumers)} stages: fan-out is not supported yet")
+    return consumers[0] if consumers else None
+
+
+def channel_offset(stages: list[Stage], consumer: Stage, upstream: Stage, job: Job) -> int:
+    offset = 0
+    for index in consumer.inputs:
+        if index == upstream.index:
+            return offset
+        offset += width(stages[index], job)
+    raise ValueError(f"stage {upstream.index} is not an input of stage {consumer.index}")
+
+
+def num_channels(stages: list[Stage], stage: Stage, job: Job) -> int:
+    return sum(width(stages[i], job) for i in stage.inputs)
+
+
+def position_key(source_uid: str, partition: str) -> str:
+    return f"{source_uid}/{partition}"
+
+
+def source_position(plan: EpochPlan, source_uid: str, partition: str) -> tuple[int, int]:
+    start, end = plan.positions.get(position_key(source_uid, partition), [0, 0])
+    return int(start), int(end)
+
+
+def describe(plan: EpochPlan) -> dict[str, Any]:
+    return {"job": plan.job.job_id, "checkpoint": plan.checkpoint_id, "attempt": plan.attempt}
