@@ -1,0 +1,33 @@
+"""Exactly-once sinks: the two-phase-commit protocol over an ObjectStore, Parquet output.
+
+Writers pre-commit staged files per checkpoint; the coordinator commits them (one create-only
+commit-log entry per checkpoint); readers see committed checkpoints only.
+"""
+
+from spark_jobs.sinks.commit_log import CommitLog, SinkCommitEntry, SinkFence, SinkLayout
+from spark_jobs.sinks.parquet import ParquetTransactionalSink
+from spark_jobs.sinks.reader import (
+    CorruptSinkFileError,
+    ExportResult,
+    SinkReadError,
+    export_committed,
+    read_committed,
+    read_committed_pandas,
+)
+from spark_jobs.sinks.sweep import plan_orphan_sweep, sweep_orphans
+
+__all__ = [
+    "CommitLog",
+    "CorruptSinkFileError",
+    "ExportResult",
+    "ParquetTransactionalSink",
+    "SinkCommitEntry",
+    "SinkFence",
+    "SinkLayout",
+    "SinkReadError",
+    "export_committed",
+    "plan_orphan_sweep",
+    "read_committed",
+    "read_committed_pandas",
+    "sweep_orphans",
+]

@@ -1,0 +1,67 @@
+"""Orphan sweep of a transactional sink's staged files (``epochal_maintenance``).
+
+A staged file is an orphan, and may be deleted, iff all of:
+
+1. no commit entry lists it (committed files are never deleted);
+2. it does not belong to a transaction of a listed pending record (``pending``: records of
+   in-flight or completed-but-not-yet-committed checkpoints, which may still be committed);
+3. it was last modified at or before ``now_ms - grace_ms`` (a transaction still being
+   pre-committed, whose record nobody knows yet, is younger than the grace period).
+
+Time is passed in; planning deletes nothing (:func:`sweep_orphans` executes a plan).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from spark_jobs.sinks.commit_log import CommitLog
+from state_store.core.ports import ObjectStore
+from state_store.core.twophase import PreCommittedTxn
+
+
+def plan_orphan_sweep(
+    store: ObjectStore,
+    job_id: str,
+    uid: str,
+    *,
+    now_ms: int,
+    grace_ms: int,
+    pending: Iterable[PreCommittedTxn] = (),
+) -> list[str]:
+    """Keys of orphaned staged files (see module docstring), in ascending order."""
+    if grace_ms < 0:
+        raise ValueError(f"grace_ms must not be negative, got {grace_ms}")
+    log = CommitLog(store, job_id, uid)
+    committed = {h.key for entry in log.entries() for h in entry.files}
+    protected = tuple(
+        log.layout.txn_file_prefix(r.checkpoint_id, r.subtask, r.attempt, r.generation)
+        for r in pending
+        if r.sink_uid == uid
+    )
+    expired = now_ms - grace_ms
+    return [
+        info.key
+        for info in store.list(log.layout.staged_prefix)
+        if info.key not in committed
+        and not info.key.startswith(protected or ("\0",))
+        and info.modified_ms <= expired
+    ]
+
+
+def sweep_orphans(
+    store: ObjectStore,
+    job_id: str,
+    uid: str,
+    *,
+    now_ms: int,
+    grace_ms: int,
+    pending: Iterable[PreCommittedTxn] = (),
+    dry_run: bool = False,
+) -> list[str]:
+    """Plan and (unless ``dry_run``) delete the orphans; return their keys."""
+    keys = plan_orphan_sweep(store, job_id, uid, now_ms=now_ms, grace_ms=grace_ms, pending=pending)
+    if not dry_run:
+        for key in keys:
+            store.delete(key)
+    return keys
