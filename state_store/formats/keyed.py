@@ -1,0 +1,225 @@
+"""Keyed-state files: a key-group snapshot part <-> bytes, as Arrow IPC (native) or Parquet (canonical).
+
+One file holds the key groups of one :class:`KeyedStateSnapshot` part of one operator -- usually ONE
+key group (``snapshot.part(KeyGroupRange(kg, kg))``, see :func:`encode_each_key_group`) so that an
+unchanged key group's file is reused by the next incremental checkpoint (the caller content-addresses
+it under ``shared/``), or one contiguous range (savepoints). File bytes depend only on the state, the
+state kinds and the range -- never on a checkpoint id -- so equal content gives equal bytes.
+
+Schema (both formats; one row per :class:`StateRow`, rows in key-group, state-name, snapshot order)::
+
+    key_group  int32   not null
+    state      string  not null   state name
+    key        string  not null   tagged JSON of the key        (json_codec: tuples stay tuples)
+    namespace  string  not null   tagged JSON of the namespace  ("null" when not windowed)
+    value      string  not null   JSON of the value; map state: [<tagged user key>, <user value>]
+    expiry_ms  int64   nullable   TTL expiry, null = never
+
+Schema metadata (``epochal.*``): format name and version, max_parallelism, key_group_range
+``[first, last]`` (inclusive), state_kinds ``{name: kind}`` and the key-hash version. Readers
+refuse a newer ``format_version``.
+
+The Parquet file is the canonical savepoint format: ``pandas.read_parquet``, DuckDB or Spark read
+it without Epochal (JSON columns are plain strings). Note that a list state has one row per element
+and a map state one row per entry.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+
+from state_store.core.keygroups import KEY_ENCODING_VERSION, KeyGroupRange
+from state_store.core.state.descriptors import StateKind
+from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.json_codec import (
+    StateValueError,
+    key_from_json,
+    key_from_jsonable,
+    key_to_json,
+    value_from_json,
+    value_to_json,
+)
+
+FORMAT_NAME = "epochal-keyed-state"
+FORMAT_VERSION = 1
+FORMATS = ("arrow", "parquet")
+_REMEDY = "restore from an earlier checkpoint or a savepoint"
+
+SCHEMA = pa.schema(
+    [
+        pa.field("key_group", pa.int32(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("key", pa.string(), nullable=False),
+        pa.field("namespace", pa.string(), nullable=False),
+        pa.field("value", pa.string(), nullable=False),
+        pa.field("expiry_ms", pa.int64(), nullable=True),
+    ]
+)
+
+
+class StateFileError(ValueError):
+    """A state file that cannot be read (truncated, corrupt, foreign or from a newer Epochal)."""
+
+
+def _check_fmt(fmt: str) -> str:
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown state file format {fmt!r}: use one of {FORMATS}")
+    return fmt
+
+
+def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
+    """Serialize every row of ``part``; raises StateValueError for values that are not JSON."""
+    _check_fmt(fmt)
+    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
+    kg_col, state_col, key_col, ns_col = (
+        columns["key_group"],
+        columns["state"],
+        columns["key"],
+        columns["namespace"],
+    )
+    value_col, expiry_col = columns["value"], columns["expiry_ms"]
+    last_key: Any = object()
+    last_key_json = ""
+    for kg, states in part.key_groups.items():
+        for name, rows in states.items():
+            is_map = part.kinds[name] is StateKind.MAP
+            for row in rows:
+                if row.key is not last_key:  # rows of one key are adjacent; identity, never ==
+                    last_key, last_key_json = row.key, key_to_json(row.key)
+                kg_col.append(kg)
+                state_col.append(name)
+                key_col.append(last_key_json)
+                ns_col.append(key_to_json(row.namespace))
+                if is_map:
+                    user_key, user_value = row.value
+                    text = value_to_json(user_value, state=name, key=row.key)
+                    value_col.append(f"[{key_to_json(user_key)},{text}]")
+                else:
+                    value_col.append(value_to_json(row.value, state=name, key=row.key))
+                expiry_col.append(row.expiry_ms)
+    try:
+        table = pa.table(columns, schema=SCHEMA.with_metadata(_metadata(part)))
+    except (pa.ArrowException, UnicodeError) as exc:
+        raise StateValueError(
+            f"state of key groups {part.key_group_range} cannot be encoded: {exc}"
+        ) from None
+    sink = pa.BufferOutputStream()
+    if fmt == "arrow":
+        with ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    else:
+        pq.write_table(table, sink)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def _metadata(part: KeyedStateSnapshot) -> dict[str, str]:
+    rng = part.key_group_range
+    return {
+        "epochal.format": FORMAT_NAME,
+        "epochal.format_version": str(FORMAT_VERSION),
+        "epochal.key_encoding_version": str(KEY_ENCODING_VERSION),
+        "epochal.max_parallelism": str(part.max_parallelism),
+        "epochal.key_group_range": json.dumps([rng.first, rng.last]),
+        "epochal.state_kinds": json.dumps({n: k.value for n, k in part.kinds.items()}, sort_keys=True),
+    }
+
+
+def encode_each_key_group(
+    snapshot: KeyedStateSnapshot, fmt: str = "arrow", *, only: Iterable[int] | None = None
+) -> dict[int, bytes]:
+    """One file per non-empty key group (restricted to ``only``, e.g. ``changed_key_groups``)."""
+    wanted = None if only is None else set(only)
+    return {
+        kg: encode_key_groups(snapshot.part(KeyGroupRange(kg, kg)), fmt)
+        for kg in snapshot.key_groups
+        if wanted is None or kg in wanted
+    }
+
+
+def decode_key_groups(data: bytes, fmt: str = "arrow", *, source: str = "<bytes>") -> KeyedStateSnapshot:
+    """Parse a file written by :func:`encode_key_groups`; StateFileError names ``source`` on failure."""
+    _check_fmt(fmt)
+    try:
+        if fmt == "arrow":
+            table = ipc.open_stream(pa.py_buffer(data)).read_all()
+        else:
+            table = pq.read_table(pa.BufferReader(data))
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise StateFileError(
+            f"state file {source!r} is not a readable {fmt} file (truncated or corrupt: {exc}); {_REMEDY}"
+        ) from None
+    try:
+        return _from_table(table)
+    except StateFileError as exc:
+        raise StateFileError(f"state file {source!r}: {exc}; {_REMEDY}") from None
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateFileError(f"state file {source!r} has invalid content ({exc}); {_REMEDY}") from None
+
+
+def _from_table(table: pa.Table) -> KeyedStateSnapshot:
+    meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
+    if meta.get("epochal.format") != FORMAT_NAME:
+        raise StateFileError("it is not an Epochal keyed-state file (no epochal.format metadata)")
+    version = int(meta["epochal.format_version"])
+    if version > FORMAT_VERSION:
+        raise StateFileError(
+            f"it has format_version {version}, newer than this Epochal supports ({FORMAT_VERSION}): "
+            "upgrade Epochal to read it"
+        )
+    if int(meta.get("epochal.key_encoding_version", "1")) != KEY_ENCODING_VERSION:
+        raise StateFileError("it was written with another key hash version")
+    missing = [n for n in SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise StateFileError(f"it lacks columns {missing}")
+    first, last = json.loads(meta["epochal.key_group_range"])
+    rng = KeyGroupRange(int(first), int(last))
+    kinds = {n: StateKind(k) for n, k in json.loads(meta["epochal.state_kinds"]).items()}
+    groups: dict[int, dict[str, list[StateRow]]] = {}
+    cols = [table.column(n).to_pylist() for n in SCHEMA.names]
+    last_key_json, last_key = None, None
+    for kg, name, key_json, ns_json, value_json, expiry in zip(*cols):
+        if kg not in rng or name not in kinds:
+            raise StateFileError(f"row of state {name!r} in key group {kg} lies outside range {rng} or kinds")
+        if key_json != last_key_json:
+            last_key_json, last_key = key_json, key_from_json(key_json)
+        if kinds[name] is StateKind.MAP:
+            user_key, user_value = value_from_json(value_json)
+            value = (key_from_jsonable(user_key), user_value)
+        else:
+            value = value_from_json(value_json)
+        row = StateRow(last_key, key_from_json(ns_json), value, None if expiry is None else int(expiry))
+        groups.setdefault(kg, {}).setdefault(name, []).append(row)
+    return KeyedStateSnapshot(
+        max_parallelism=int(meta["epochal.max_parallelism"]),
+        key_group_range=rng,
+        kinds=kinds,
+        key_groups={kg: {n: tuple(rows) for n, rows in states.items()} for kg, states in groups.items()},
+    )
+
+
+def format_of(path: str | Path) -> str:
+    """The format of a state file from its extension (``.arrow`` or ``.parquet``)."""
+    suffix = Path(path).suffix.lstrip(".")
+    if suffix not in FORMATS:
+        raise ValueError(f"state file {str(path)!r} has extension {suffix!r}; expected .arrow or .parquet")
+    return suffix
+
+
+def write_state_file(path: str | Path, part: KeyedStateSnapshot) -> int:
+    """Write ``part`` to a local file (format from the extension); return the byte size."""
+    data = encode_key_groups(part, format_of(path))
+    Path(path).write_bytes(data)
+    return len(data)
+
+
+def read_state_file(path: str | Path) -> KeyedStateSnapshot:
+    """Read a local ``.arrow`` or ``.parquet`` state file (e.g. a savepoint's canonical Parquet)."""
+    fmt = format_of(path)
+    return decode_key_groups(Path(path).read_bytes(), fmt, source=str(path))
