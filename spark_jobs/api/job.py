@@ -107,6 +107,23 @@ class DataStream:
     def filter(self, fn: MaskFn, *, name: str = "filter") -> DataStream:
         return DataStream(self.job, self._then("filter", name, {"fn": fn}))
 
+    def async_enrich(
+        self,
+        fn: Any,
+        *,
+        ordered: bool = True,
+        capacity: int = 100,
+        timeout_ms: int = 5_000,
+        on_timeout: str = "side_output",
+        name: str = "async_enrich",
+    ) -> DataStream:
+        """Call ``async def fn(row) -> row | None`` per record with bounded concurrency (Flink's
+        async I/O); ``ordered`` keeps input order, else results leave as they complete (never
+        across a watermark). Timeouts go to the ``async-timeout`` side output or fail the epoch."""
+        spec = {"fn": fn, "ordered": ordered, "capacity": capacity, "timeout_ms": timeout_ms,
+                "on_timeout": on_timeout}
+        return DataStream(self.job, self._then("async", name, spec))
+
     def key_by(self, key: KeySpec, *, name: str | None = None) -> KeyedStream:
         label = name or (key if isinstance(key, str) else "key_by")
         return KeyedStream(self.job, self._then("key_by", f"key_by({label})", {"key": key}))

@@ -227,6 +227,7 @@ def notify_epoch_complete(
         ]
         if records:
             committed[uid] = commit_pending_transactions(sink, records, up_to, kill=kill).committed
+            kill(killpoints.MID_SINK_COMMIT, up_to)  # committed, operators not yet notified
     return committed
 
 
@@ -254,6 +255,7 @@ def run_cycle(
     spark: Any = None,
     request_id: str = "",
     drain: bool = False,
+    force: bool = False,
     kill: KillSwitch = NO_KILL,
     gate: Gate | None = None,
 ) -> CycleReport:
@@ -263,7 +265,7 @@ def run_cycle(
     coordinator = coordinator_for(job, store, clock, kill)
     if not request_id:
         coordinator.failover()
-    pending = trigger_epoch(job, store, clock, request_id=request_id, force=drain, kill=kill)
+    pending = trigger_epoch(job, store, clock, request_id=request_id, force=drain or force, kill=kill)
     if pending is None:
         return CycleReport(None, "skipped", reason="no new input")
     n = pending.checkpoint_id
@@ -282,4 +284,3 @@ def committed_checkpoint(job: Job, store: ObjectStore, checkpoint_id: int) -> An
 
 
 Unused = Callable[..., Any]
-_ = killpoints

@@ -33,6 +33,7 @@ from spark_jobs.api.graph import Stage, Step
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.keys import key_column, key_groups, split_by, subtasks_of_key_groups
 from spark_jobs.runtime.messages import Message, from_message, to_message
+from spark_jobs.runtime.operators.async_io import AsyncEnrichOperator
 from spark_jobs.runtime.operators.base import FilterOperator, MapOperator, Operator, OperatorContext
 from spark_jobs.runtime.operators.dedup import DeduplicateOperator
 from spark_jobs.runtime.operators.process import ProcessOperator
@@ -42,6 +43,7 @@ from spark_jobs.runtime.state_io import WrittenSnapshot, read_operator_restore, 
 from spark_jobs.sources.base import event_time_ms
 from spark_jobs.sources.dead_letters import DeadLetterReason, DeadLetters
 from state_store.core import killpoints
+from state_store.core.codec import sha256_hex
 from state_store.core.completed import load_completed
 from state_store.core.keygroups import KeyGroupRange, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
@@ -184,6 +186,15 @@ class SubtaskRunner:
             return MapOperator(step.spec["fn"])
         if step.kind == "filter":
             return FilterOperator(step.spec["fn"])
+        if step.kind == "async":
+            spec = step.spec
+            return AsyncEnrichOperator(
+                spec["fn"],
+                ordered=spec["ordered"],
+                capacity=spec["capacity"],
+                timeout_ms=spec["timeout_ms"],
+                on_timeout=spec["on_timeout"],
+            )
         assert step.uid is not None and key is not None
         if step.kind == "window":
             return WindowOperator(
@@ -314,6 +325,9 @@ class SubtaskRunner:
     def extra_snapshot(self) -> dict[str, Any]:
         return {}
 
+    def channel_state_handles(self) -> tuple[list[StateHandle], dict[str, Any]]:
+        return [], {}
+
     def acknowledge(self) -> list[dict[str, Any]]:
         """Wait for the uploads, then write one ack (or decline) per stateful operator and sink."""
         n, gen, attempt = self.plan.checkpoint_id, self.plan.generation, self.plan.attempt
@@ -329,18 +343,23 @@ class SubtaskRunner:
             return [{"declined": reason}]
         self.kill(killpoints.AFTER_STATE_UPLOAD, n)
         metrics = {op.uid: op.metrics() for op in self.ops if op.uid}
+        channel_handles, channel_snapshot = self.channel_state_handles()
         for op in self.ops:
             if not (op.stateful and op.uid):
                 continue
             w = written[op.uid]
             snapshot = {**w.snapshot, **self.extra_snapshot()}
+            handles = list(w.handles)
+            if op.uid == self.expected_uids()[0] and channel_snapshot:
+                snapshot.update(channel_snapshot)
+                handles.extend(channel_handles)
             self.responder.acknowledge(
                 AckRecord(
                     n,
                     TaskId(op.uid, self.subtask),
                     gen,
                     attempt,
-                    tuple(w.handles),
+                    tuple(handles),
                     metrics={
                         "bytes_written": w.bytes_written,
                         "files_written": w.files_written,
@@ -381,7 +400,7 @@ class SubtaskRunner:
         return CheckpointOptions(ctype, self.job.mode == "unaligned")
 
 
-_OPERATOR_KINDS = {"map", "filter", "window", "dedup", "process"}
+_OPERATOR_KINDS = {"map", "filter", "async", "window", "dedup", "process"}
 
 
 class SourceSubtask(SubtaskRunner):
@@ -454,10 +473,32 @@ class SourceSubtask(SubtaskRunner):
         yield from self.outbox if self.consumer is not None else summaries
 
 
+class _ChannelState:
+    """Unaligned checkpoints: the record batches a barrier overtook, per checkpoint."""
+
+    def __init__(self) -> None:
+        self.batches: dict[int, list[pa.RecordBatch]] = {}
+
+    def add_input_data(self, checkpoint_id: int, channel: int, item: object) -> None:
+        if isinstance(item, pa.RecordBatch) and item.num_rows:
+            self.batches.setdefault(checkpoint_id, []).append(item)
+
+    def finish_input(self, checkpoint_id: int) -> None:
+        return None
+
+
 class KeyedSubtask(SubtaskRunner):
-    """Consumes its input channels through the checkpointed input gate (module docstring)."""
+    """Consumes its input channels through the checkpointed input gate (module docstring).
+
+    Unaligned mode: the batches overtaken by barrier n are written as channel state
+    (``checkpoints/chk-n/channel/<uid>/<subtask>.arrow``, referenced by the ack of the stage's
+    first stateful step) and replayed, before any new input, by the next epoch's subtasks -- each
+    takes the rows of its own key groups, so channel state survives rescaling too.
+    """
 
     def run(self, messages: Iterable[tuple[int, Message]]) -> Iterator[Any]:
+        self.channel_state = _ChannelState()
+        self._replay_channel_state()
         n_channels = topo.num_channels(self.stages, self.stage, self.job)
         per_channel: list[list[Message]] = [[] for _ in range(n_channels)]
         for _, message in messages:
@@ -466,7 +507,9 @@ class KeyedSubtask(SubtaskRunner):
         for items in per_channel:
             items.sort(key=lambda m: m[1])
             channels.append(ScriptedChannel(from_message(m) for m in items))
-        handler = create_barrier_handler(self.job.mode, n_channels, self)
+        handler = create_barrier_handler(
+            self.job.mode, n_channels, self, channel_state_writer=self.channel_state
+        )
         gate = CheckpointedInputGate(channels, handler)
         valve = StatusWatermarkValve(n_channels, _ValveOut(self))
         for buffer in gate:
@@ -478,3 +521,46 @@ class KeyedSubtask(SubtaskRunner):
         self._broadcast(END_OF_PARTITION)
         summaries = self.acknowledge()
         yield from self.outbox if self.consumer is not None else summaries
+
+    def _anchor(self) -> str:
+        return self.expected_uids()[0]
+
+    def channel_state_handles(self) -> tuple[list[StateHandle], dict[str, Any]]:
+        batches = self.channel_state.batches.get(self.plan.checkpoint_id, [])
+        if not batches:
+            return [], {}
+        table = pa.Table.from_batches(batches).combine_chunks()
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+        data = sink.getvalue().to_pybytes()
+        handle = self.responder.upload_channel_state(
+            self.plan.checkpoint_id, self._anchor(), self.subtask, data
+        )
+        state = {"key": handle.key, "size": handle.size, "sha256": handle.sha256, "rows": table.num_rows}
+        return [handle], {"channel_state": state}
+
+    def _replay_channel_state(self) -> None:
+        if self.metadata is None:
+            return
+        anchor = self._anchor()
+        key = self.stage.key
+        assert key is not None
+        for task in self.metadata.tasks:
+            entry = task.snapshot.get("channel_state") if task.task.uid == anchor else None
+            if not entry:
+                continue
+            data = self.store.get(entry["key"]).data
+            if sha256_hex(data) != entry["sha256"]:
+                raise RuntimeError(
+                    f"channel state {entry['key']} fails its SHA-256 check; "
+                    "restore from an earlier checkpoint"
+                )
+            with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
+                table = reader.read_all()
+            for batch in table.to_batches():
+                groups = key_groups(key_column(batch, key), self.job.max_parallelism)
+                owned = (groups >= self.key_groups.first) & (groups <= self.key_groups.last)
+                mine = batch.filter(pa.array(owned))
+                if mine.num_rows:
+                    self.push(mine)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import hashlib
 import json
 import types
@@ -106,6 +107,12 @@ def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:
         raise ManifestError(f"{kind} document {key!r} has an invalid body ({exc}); {_REMEDY}") from None
 
 
+@functools.cache
+def _hints(tp: type) -> dict[str, Any]:
+    """Resolved field types of a dataclass (cached: resolving string annotations compiles code)."""
+    return typing.get_type_hints(tp)
+
+
 def _decode(tp: Any, value: Any) -> Any:
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -125,7 +132,7 @@ def _decode(tp: Any, value: Any) -> Any:
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
-        hints = typing.get_type_hints(tp)
+        hints = _hints(tp)
         kwargs = {}
         for f in dataclasses.fields(tp):
             if f.name not in value:

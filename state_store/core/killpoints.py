@@ -12,7 +12,7 @@ BEFORE_DECISION = "before_decision"  # complete: all acks verified, nothing deci
 BEFORE_METADATA = "before_metadata"  # complete: COMPLETE decided, _metadata.json not written
 AFTER_METADATA = "after_metadata"  # complete: _metadata.json written, LATEST not moved
 AFTER_POINTER = "after_pointer"  # complete: LATEST moved, older pending not yet subsumed
-MID_SINK_COMMIT = "mid_sink_commit"  # notify: some sink transactions committed, not all
+MID_SINK_COMMIT = "mid_sink_commit"  # notify: a sink committed, the rest of notify not done
 MID_RETENTION = "mid_retention"  # retention: some files deleted, not all
 
 ALL = (

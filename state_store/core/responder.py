@@ -37,6 +37,12 @@ class TaskCheckpointResponder:
         self.store.put(key, data)
         return StateHandle(key, len(data), sha256_hex(data))
 
+    def upload_channel_state(self, checkpoint_id: int, uid: str, subtask: int, data: bytes) -> StateHandle:
+        """Write the in-flight data of an unaligned checkpoint (replayed first on restore)."""
+        key = self.layout.channel_file(checkpoint_id, uid, subtask, "arrow")
+        self.store.put(key, data)
+        return StateHandle(key, len(data), sha256_hex(data))
+
     def upload_shared(self, uid: str, data: bytes, fmt: str = "arrow") -> StateHandle:
         """Write (or reuse) a content-addressed file under ``shared/`` (incremental checkpoints)."""
         digest = sha256_hex(data)

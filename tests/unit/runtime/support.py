@@ -1,0 +1,78 @@
+"""Builders for runtime tests: a small clickstream job run in process on a manual clock."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from spark_jobs.api.job import Job
+from spark_jobs.examples.clickstream import build_job
+from spark_jobs.runtime.cycle import CycleReport, run_cycle
+from spark_jobs.sinks import read_committed
+from spark_jobs.sources.generator import DEFAULT_START_MS
+from state_store.core import CompletedCheckpointStore, JobLayout
+from state_store.core.ports import KillSwitch, NO_KILL
+from state_store.formats.keyed import decode_key_groups
+from state_store.storage import open_store
+from state_store.testing import ManualClock
+
+STEP_MS = 10_000
+SINK = "page-counts-sink"
+
+
+def small_job(**overrides: Any) -> Job:
+    options: dict[str, Any] = {
+        "partitions": 2,
+        "events_per_second": 40,
+        "max_parallelism": 16,
+        "parallelism": 2,
+    }
+    options.update(overrides)
+    return build_job(**options)
+
+
+def new_clock() -> ManualClock:
+    return ManualClock(DEFAULT_START_MS)
+
+
+def cycle(job: Job, uri: str, clock: ManualClock, kill: KillSwitch = NO_KILL, **kw: Any) -> CycleReport:
+    return run_cycle(job, uri, clock, kill=kill, **kw)
+
+
+def committed_rows(uri: str, job: Job, sink: str = SINK) -> list[tuple[Any, ...]]:
+    table = read_committed(open_store(uri), job.job_id, sink)
+    rows = [tuple(r.values()) for r in table.to_pylist()]
+    return sorted(rows, key=repr)
+
+
+def latest_metadata(uri: str, job: Job) -> Any:
+    completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout(job.job_id), 1)
+    latest = completed.latest()
+    assert latest is not None
+    return latest.metadata
+
+
+def final_state(uri: str, job: Job) -> dict[str, Any]:
+    """Every stateful operator's rows (state, key, namespace, value, expiry), the source positions
+    and watermark state of the latest completed checkpoint -- independent of checkpoint ids."""
+    store = open_store(uri)
+    meta = latest_metadata(uri, job)
+    state: dict[str, Any] = {"positions": meta.positions["ranges"]}
+    for task in meta.tasks:
+        entry = state.setdefault(task.task.uid, [])
+        for handle_json in task.snapshot.get("state_files", {}).values():
+            snap = decode_key_groups(store.get(handle_json["key"]).data)
+            for kg, states in snap.key_groups.items():
+                for name, rows in states.items():
+                    entry.extend(
+                        (kg, name, repr(r.key), repr(r.namespace), repr(r.value), r.expiry_ms) for r in rows
+                    )
+        if "source" in task.snapshot:
+            entry.append(("source", repr(sorted(task.snapshot["source"].items()))))
+        for kg, domains in task.snapshot.get("timers", {}).items():
+            entry.append(("timers", kg, repr(domains)))
+    return {uid: sorted(v, key=repr) if isinstance(v, list) else v for uid, v in state.items()}
+
+
+def store_uri(path: Path) -> str:
+    return path.as_uri()
