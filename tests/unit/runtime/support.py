@@ -11,7 +11,7 @@ from spark_jobs.runtime.cycle import CycleReport, run_cycle
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS
 from state_store.core import CompletedCheckpointStore, JobLayout
-from state_store.core.ports import KillSwitch, NO_KILL
+from state_store.core.ports import NO_KILL, KillSwitch
 from state_store.formats.keyed import decode_key_groups
 from state_store.storage import open_store
 from state_store.testing import ManualClock
