@@ -39,6 +39,8 @@ class Job:
     * ``parallelism`` -- subtasks per stage (each owns a contiguous range of key groups).
     * ``mode`` -- ``exactly_once`` (aligned), ``at_least_once`` or ``unaligned``.
     * ``max_records_per_epoch`` -- cap of records per source partition per epoch.
+    * ``chunk_size`` -- records per Arrow batch read from a source (the unit of vectorized work,
+      and of in-flight data in unaligned checkpoints, like Flink's network buffers).
     """
 
     job_id: str
@@ -50,6 +52,7 @@ class Job:
     checkpoint_timeout_ms: int = 10 * 60 * 1000
     tolerable_failures: int = 3
     min_pause_ms: int = 0
+    chunk_size: int = 65_536
 
     def __post_init__(self) -> None:
         validate_name("job id", self.job_id)
@@ -120,8 +123,13 @@ class DataStream:
         """Call ``async def fn(row) -> row | None`` per record with bounded concurrency (Flink's
         async I/O); ``ordered`` keeps input order, else results leave as they complete (never
         across a watermark). Timeouts go to the ``async-timeout`` side output or fail the epoch."""
-        spec = {"fn": fn, "ordered": ordered, "capacity": capacity, "timeout_ms": timeout_ms,
-                "on_timeout": on_timeout}
+        spec = {
+            "fn": fn,
+            "ordered": ordered,
+            "capacity": capacity,
+            "timeout_ms": timeout_ms,
+            "on_timeout": on_timeout,
+        }
         return DataStream(self.job, self._then("async", name, spec))
 
     def key_by(self, key: KeySpec, *, name: str | None = None) -> KeyedStream:

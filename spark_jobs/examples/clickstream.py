@@ -69,31 +69,43 @@ def build_job(
     *,
     parallelism: int = 2,
     partitions: int = 4,
-    events_per_second: int = 200,
+    events_per_second: int | list[int] = 200,
     mode: str = "exactly_once",
     seed: int = 7,
     start_ms: int = DEFAULT_START_MS,
     max_records_per_epoch: int = 100_000,
     idle_partitions: dict[int, Any] | None = None,
     max_parallelism: int = 128,
+    chunk_size: int = 65_536,
 ) -> Job:
     job = Job(
         job_id, parallelism=parallelism, max_parallelism=max_parallelism, mode=mode,
-        retained_checkpoints=3, max_records_per_epoch=max_records_per_epoch,
+        retained_checkpoints=3, max_records_per_epoch=max_records_per_epoch, chunk_size=chunk_size,
     )  # fmt: skip
     clicks = GeneratorSource(
-        uid="clicks", partitions=partitions, seed=seed, events_per_second=events_per_second,
-        out_of_orderness_ms=2_000, duplicate_fraction=0.05, keys=200, start_ms=start_ms,
+        uid="clicks",
+        partitions=partitions,
+        seed=seed,
+        events_per_second=events_per_second,
+        out_of_orderness_ms=2_000,
+        duplicate_fraction=0.05,
+        keys=200,
+        start_ms=start_ms,
         idle_partitions=idle_partitions,
     )
     (
         job.source(clicks, uid="clicks", out_of_orderness_ms=2_000, idleness_ms=10_000)
-        .key_by("event_id").deduplicate(ttl_ms=3_600_000, uid="dedup")
-        .key_by("user_id").process(UserActivity(), uid="user-activity")
+        .key_by("event_id")
+        .deduplicate(ttl_ms=3_600_000, uid="dedup")
+        .key_by("user_id")
+        .process(UserActivity(), uid="user-activity")
         .async_enrich(page_section, ordered=True, capacity=64)
         .key_by("page")
-        .window(TumblingEventTimeWindows(10_000), Aggregates(Count(), Sum("value"), Max("user_total")),
-                uid="page-counts")
+        .window(
+            TumblingEventTimeWindows(10_000),
+            Aggregates(Count(), Sum("value"), Max("user_total")),
+            uid="page-counts",
+        )
         .sink(ParquetSink(), uid="page-counts-sink")
     )
     return job

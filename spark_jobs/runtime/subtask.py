@@ -9,7 +9,10 @@ Source stage subtask (one per source partition)::
 Keyed stage subtask (owns a key-group range)::
 
     restore keyed state + timers of its key groups (any old parallelism)
-    rebuild every input channel from the shuffle (sorted by (channel, seq))
+    rebuild every input channel from the shuffle (sorted by (channel, seq)); a channel simply runs
+    dry at the end of the epoch -- no end-of-partition is sent, because the stream continues in the
+    next epoch (an end-of-partition would make the at-least-once tracker abort, as Flink 1.11 does
+    for a finished input)
     CheckpointedInputGate(handler by mode) -> StatusWatermarkValve -> operator chain
     barrier n (aligned: all channels) -> prepare_snapshot_pre_barrier -> synchronous snapshot ->
     pre-commit sinks -> forward barrier -> asynchronous upload on a thread pool
@@ -51,7 +54,6 @@ from state_store.core.manifests import AckRecord, CompletedMetadata, DeclineReco
 from state_store.core.ports import ObjectStore
 from state_store.core.responder import TaskCheckpointResponder
 from state_store.core.stream import (
-    END_OF_PARTITION,
     MAX_TIMESTAMP,
     CancelCheckpointMarker,
     CheckpointBarrier,
@@ -68,7 +70,6 @@ from state_store.core.twophase import PreCommittedTxn, sink_snapshot
 from state_store.storage import open_store
 from state_store.testing.killpoints import kill_switch_from_env
 
-CHUNK = 65_536
 _metadata_cache: dict[tuple[str, int], CompletedMetadata] = {}
 _cache_lock = threading.Lock()
 
@@ -438,7 +439,10 @@ class SourceSubtask(SubtaskRunner):
             self.chain_watermark(restored_wm)
         if start >= end and self.idleness is not None and not self.plan.drain:
             self.forward_status(StreamStatus.IDLE)
-        for batch in self.source.read(self.partition, start, end, chunk_size=CHUNK, dead_letters=self.dead):
+        chunks = self.source.read(
+            self.partition, start, end, chunk_size=self.job.chunk_size, dead_letters=self.dead
+        )
+        for batch in chunks:
             if batch.num_rows == 0:
                 continue
             ts = event_time_ms(batch, self.source.event_time_column)
@@ -451,7 +455,6 @@ class SourceSubtask(SubtaskRunner):
         if self.plan.drain:
             self.chain_watermark(MAX_TIMESTAMP)
         self.take_snapshot(self.plan.checkpoint_id, self.plan.trigger_ms, self.options())
-        self._broadcast(END_OF_PARTITION)
         summaries = self.acknowledge()
         if self.declined is None:
             self.responder.acknowledge(
@@ -518,7 +521,6 @@ class KeyedSubtask(SubtaskRunner):
                 self.push(item)
             elif isinstance(item, (Watermark, StreamStatus)):
                 valve.input(item, buffer.channel)
-        self._broadcast(END_OF_PARTITION)
         summaries = self.acknowledge()
         yield from self.outbox if self.consumer is not None else summaries
 

@@ -57,7 +57,7 @@ def final_state(uri: str, job: Job) -> dict[str, Any]:
     and watermark state of the latest completed checkpoint -- independent of checkpoint ids."""
     store = open_store(uri)
     meta = latest_metadata(uri, job)
-    state: dict[str, Any] = {"positions": meta.positions["ranges"]}
+    state: dict[str, Any] = {"positions": {k: end for k, (_, end) in meta.positions["ranges"].items()}}
     for task in meta.tasks:
         entry = state.setdefault(task.task.uid, [])
         for handle_json in task.snapshot.get("state_files", {}).values():
