@@ -24,3 +24,22 @@ def seaweedfs() -> Iterator[SeaweedFSServer]:
 def s3_store(seaweedfs: SeaweedFSServer) -> S3ObjectStore:
     """An empty store: a fresh prefix in the shared test bucket."""
     return seaweedfs.make_store("epochal-test", f"t-{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture(scope="session")
+def spark(seaweedfs: SeaweedFSServer) -> Iterator[object]:
+    """A local[2] SparkSession whose Python workers can reach the SeaweedFS S3 server: credentials
+    go through the standard AWS environment variables (set before the JVM starts its workers)."""
+    import os
+
+    from spark_jobs.runtime.spark_session import get_spark
+
+    os.environ["AWS_ACCESS_KEY_ID"] = seaweedfs.access_key
+    os.environ["AWS_SECRET_ACCESS_KEY"] = seaweedfs.secret_key
+    os.environ["AWS_DEFAULT_REGION"] = seaweedfs.region
+    session = get_spark("local[2]", "epochal-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
