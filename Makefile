@@ -31,6 +31,7 @@ test: lint ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, 
 	$(BIN)/pytest
 
 demo: $(STAMP) ## Run the example pipeline end to end on the embedded default (local store)
+	rm -rf .demo-store
 	$(BIN)/epochal demo --store file://$(abspath .demo-store)
 
 clean: ## Remove the venv, caches and demo output

@@ -25,6 +25,7 @@ def get_spark(master: str = "local[*]", app_name: str = "epochal", conf: dict[st
         .config("spark.driver.host", "127.0.0.1")
         .config("spark.sql.shuffle.partitions", "4")
         .config("spark.python.worker.reuse", "true")
+        .config("spark.ui.showConsoleProgress", "false")
     )
     for key, value in (conf or {}).items():
         builder = builder.config(key, value)

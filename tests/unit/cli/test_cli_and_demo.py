@@ -49,7 +49,7 @@ def final_counts(root: Path, job: str = "wordcount") -> tuple[int, dict[str, int
 
 
 def test_demo_prints_the_checkpoint_history(tmp_path: Path) -> None:
-    out = epochal("demo", "--store", (tmp_path / "s").as_uri(), "--epochs", "3")
+    out = epochal("protocol-demo", "--store", (tmp_path / "s").as_uri(), "--epochs", "3")
     assert out.returncode == 0, out.stderr
     assert "checkpoint history" in out.stdout
     assert out.stdout.count("completed") == 2  # retained_checkpoints=2 in the demo
@@ -59,7 +59,7 @@ def test_demo_prints_the_checkpoint_history(tmp_path: Path) -> None:
 def test_process_killed_at_kill_point_resumes_exactly_once(point: str, tmp_path: Path) -> None:
     root = tmp_path / "store"
     crashed = epochal(
-        "demo",
+        "protocol-demo",
         "--store",
         root.as_uri(),
         "--epochs",
@@ -67,16 +67,16 @@ def test_process_killed_at_kill_point_resumes_exactly_once(point: str, tmp_path:
         env={"EPOCHAL_FAULT": f"{point}@3", "EPOCHAL_FAULT_MODE": "exit"},
     )
     assert crashed.returncode == 137, f"kill point {point} was not reached: {crashed.stdout}{crashed.stderr}"
-    restart = epochal("demo", "--store", root.as_uri(), "--epochs", "1")  # failover + one epoch
+    restart = epochal("protocol-demo", "--store", root.as_uri(), "--epochs", "1")  # failover + one epoch
     assert restart.returncode == 0, restart.stderr
     consumed, _ = final_counts(root)
     done_epochs = consumed // (2 * RECORDS)
     assert done_epochs in (3, 4)  # 4 only when the crash came after the commit point of epoch 3
-    rerun = epochal("demo", "--store", root.as_uri(), "--epochs", str(5 - done_epochs))
+    rerun = epochal("protocol-demo", "--store", root.as_uri(), "--epochs", str(5 - done_epochs))
     assert rerun.returncode == 0, rerun.stderr
 
     reference = tmp_path / "reference"
-    assert epochal("demo", "--store", reference.as_uri(), "--epochs", "5").returncode == 0
+    assert epochal("protocol-demo", "--store", reference.as_uri(), "--epochs", "5").returncode == 0
     assert final_counts(root) == final_counts(reference)
 
 
@@ -93,3 +93,48 @@ def test_bad_inputs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> 
 def test_show_of_a_missing_checkpoint_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["checkpoints", "show", "--store", tmp_path.as_uri(), "--id", "9"]) == 1
     assert "not found" in capsys.readouterr().err
+
+
+def test_run_then_output_exports_the_committed_rows(tmp_path: Path) -> None:
+    store = (tmp_path / "s").as_uri()
+    run = epochal(
+        "run",
+        "--job",
+        "clickstream",
+        "--store",
+        store,
+        "--epochs",
+        "3",
+        "--executor",
+        "local",
+        "--time-step-ms",
+        "10000",
+        "--json",
+    )
+    assert run.returncode == 0, run.stderr
+    assert [r["status"] for r in json.loads(run.stdout)] == ["completed"] * 3
+    out = tmp_path / "out.parquet"
+    export = epochal(
+        "output",
+        "--store",
+        store,
+        "--job",
+        "clickstream",
+        "--sink",
+        "page-counts-sink",
+        "--out",
+        str(out),
+        "--json",
+    )
+    assert export.returncode == 0, export.stderr
+    import pandas as pd
+
+    frame = pd.read_parquet(out)
+    assert len(frame) == json.loads(export.stdout)["rows"] > 0
+    assert {"page", "window_start", "count"} <= set(frame.columns)
+
+
+def test_run_with_an_unknown_job_exits_2(tmp_path: Path) -> None:
+    result = epochal("run", "--job", "nope", "--store", tmp_path.as_uri(), "--executor", "local")
+    assert result.returncode == 2
+    assert "neither an example" in result.stderr

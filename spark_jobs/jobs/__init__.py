@@ -1,0 +1,1 @@
+"""Job entry points (tiny: argument parsing only) and job loading."""
