@@ -1,10 +1,13 @@
 """Operator snapshots to and from storage (incremental, one file per key group).
 
 Writing (the asynchronous part of a snapshot; runs on a thread pool):
-  * every non-empty key group that changed since the restore base is encoded (Arrow IPC) and
-    written content-addressed to ``shared/<uid>/<sha256>.arrow`` (create-only; an identical file
-    already there is simply referenced);
-  * an unchanged key group references the file recorded for it in the base checkpoint;
+  * a key group is a chain of files: a full base and up to ``MAX_DELTA_CHAIN`` deltas holding the
+    entries that changed (and tombstones of those deleted) since the previous checkpoint -- so
+    bytes written follow the number of changed keys, not the state size (Flink's incremental
+    checkpoints; our grain is the (state, key, namespace) entry, computed by diffing the snapshot
+    against the restored base);
+  * an unchanged key group references its chain as is; files are written content-addressed to
+    ``shared/<uid>/<sha256>.arrow`` (create-only; an identical file already there is referenced);
   * the ack's ``snapshot`` gets ``{"state_files": {kg: handle}, "timers": ..., "extra": ...}`` and
     every referenced file is also an ack handle, so completion verifies it and retention keeps it.
 Reading (restore, any parallelism): the files of the key groups the subtask owns are fetched from
@@ -23,6 +26,8 @@ from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, StateHandle
 from state_store.core.ports import ObjectStore
+from state_store.core.state.descriptors import StateKind
+from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats.json_codec import key_from_jsonable, key_to_jsonable
 from state_store.formats.keyed import decode_key_groups, encode_key_groups
 
@@ -73,35 +78,141 @@ def _timers_from_json(
     return out
 
 
+MAX_DELTA_CHAIN = 8
+"""A key group's file chain is at most a base plus this many deltas; then a full file is written."""
+MAX_DELTA_FRACTION = 0.5
+"""A delta larger than this fraction of the key group's entries is written as a full file instead."""
+
+Group = tuple[str, Any, Any]  # (state name, key, namespace)
+
+
+def _groups(part: KeyedStateSnapshot, kg: int) -> dict[Group, tuple[StateRow, ...]]:
+    """Rows of one key group by (state, key, namespace), in snapshot order."""
+    out: dict[Group, list[StateRow]] = {}
+    for name, rows in part.key_groups.get(kg, {}).items():
+        for row in rows:
+            out.setdefault((name, row.key, row.namespace), []).append(row)
+    return {g: tuple(r) for g, r in out.items()}
+
+
+def _part(
+    template: KeyedStateSnapshot,
+    kg: int,
+    groups: Mapping[Group, tuple[StateRow, ...]],
+    kinds: Mapping[str, StateKind],
+) -> KeyedStateSnapshot:
+    states: dict[str, list[StateRow]] = {}
+    for (name, _, _), rows in groups.items():
+        states.setdefault(name, []).extend(rows)
+    return KeyedStateSnapshot(
+        max_parallelism=template.max_parallelism,
+        key_group_range=KeyGroupRange(kg, kg),
+        kinds=kinds,
+        key_groups={kg: {name: tuple(rows) for name, rows in states.items()}} if states else {},
+    )
+
+
+@dataclass
+class KeyGroupChain:
+    """A key group's files: a full base plus deltas (changed entries and deleted (state, key, ns))."""
+
+    base: StateHandle
+    deltas: list[tuple[StateHandle | None, list[list[Any]]]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "base": _handle_json(self.base),
+            "deltas": [
+                {"file": None if f is None else _handle_json(f), "deleted": d} for f, d in self.deltas
+            ],
+        }
+
+    @classmethod
+    def from_json(cls, value: Mapping[str, Any]) -> KeyGroupChain:
+        if "base" not in value:  # a plain handle: a full file
+            return cls(_handle(value))
+        deltas = [
+            (None if d["file"] is None else _handle(d["file"]), list(d["deleted"])) for d in value["deltas"]
+        ]
+        return cls(_handle(value["base"]), deltas)
+
+    def handles(self) -> list[StateHandle]:
+        return [self.base, *(f for f, _ in self.deltas if f is not None)]
+
+
+def _upload(
+    store: ObjectStore, layout: JobLayout, uid: str, data: bytes, out: WrittenSnapshot
+) -> StateHandle:
+    digest = sha256_hex(data)
+    key = layout.shared_file(uid, digest, "arrow")
+    if store.head(key) is None:
+        store.put_if_absent(key, data)
+        out.bytes_written += len(data)
+        out.files_written += 1
+    return StateHandle(key, len(data), digest)
+
+
 def write_operator_snapshot(
     store: ObjectStore,
     layout: JobLayout,
     uid: str,
     snap: OperatorSnapshot,
-    base_files: Mapping[int, StateHandle],
+    base: Mapping[int, RestoredKeyGroup],
 ) -> WrittenSnapshot:
-    """Upload the changed key groups of ``snap`` and describe the whole snapshot for the ack."""
+    """Upload what changed since the restore base and describe the whole snapshot for the ack.
+
+    Per non-empty key group: unchanged -> the base chain is referenced as is; changed -> a delta of
+    the changed and deleted entries is appended to the chain, unless the chain is long or the delta
+    large, in which case a full file starts a new chain. Files are content-addressed in ``shared/``.
+    """
     out = WrittenSnapshot()
     files: dict[str, Any] = {}
     keyed = snap.keyed
     if keyed is not None:
         reusable = keyed.reusable_key_groups
         for kg in sorted(keyed.key_groups):
-            if kg in reusable and kg in base_files:
-                handle = base_files[kg]
+            previous = base.get(kg)
+            if kg in reusable and previous is not None:
+                chain = previous.chain
             else:
-                data = encode_key_groups(keyed.part(KeyGroupRange(kg, kg)), "arrow")
-                digest = sha256_hex(data)
-                key = layout.shared_file(uid, digest, "arrow")
-                if store.head(key) is None:
-                    store.put_if_absent(key, data)
-                    out.bytes_written += len(data)
-                    out.files_written += 1
-                handle = StateHandle(key, len(data), digest)
-            files[str(kg)] = _handle_json(handle)
-            out.handles.append(handle)
+                current = _groups(keyed, kg)
+                chain = _next_chain(store, layout, uid, keyed, kg, current, previous, out)
+            files[str(kg)] = chain.to_json()
+            out.handles.extend(chain.handles())
     out.snapshot = {STATE_FILES: files, "timers": _timers_to_json(snap.timers), "extra": snap.extra}
     return out
+
+
+def _next_chain(
+    store: ObjectStore,
+    layout: JobLayout,
+    uid: str,
+    keyed: KeyedStateSnapshot,
+    kg: int,
+    current: dict[Group, tuple[StateRow, ...]],
+    previous: RestoredKeyGroup | None,
+    out: WrittenSnapshot,
+) -> KeyGroupChain:
+    if previous is not None and len(previous.chain.deltas) < MAX_DELTA_CHAIN:
+        changed = {g: rows for g, rows in current.items() if previous.groups.get(g) != rows}
+        deleted = [g for g in previous.groups if g not in current]
+        if len(changed) + len(deleted) <= MAX_DELTA_FRACTION * max(len(current), 1):
+            delta_file = None
+            if changed:
+                data = encode_key_groups(_part(keyed, kg, changed, keyed.kinds), "arrow")
+                delta_file = _upload(store, layout, uid, data, out)
+            tombstones = [[name, key_to_jsonable(key), key_to_jsonable(ns)] for name, key, ns in deleted]
+            return KeyGroupChain(previous.chain.base, [*previous.chain.deltas, (delta_file, tombstones)])
+    data = encode_key_groups(keyed.part(KeyGroupRange(kg, kg)), "arrow")
+    return KeyGroupChain(_upload(store, layout, uid, data, out))
+
+
+@dataclass
+class RestoredKeyGroup:
+    """A key group as restored: its file chain and its entries (the base of the next delta)."""
+
+    chain: KeyGroupChain
+    groups: dict[Group, tuple[StateRow, ...]]
 
 
 def task_snapshots(metadata: CompletedMetadata | None, uid: str) -> list[Mapping[str, Any]]:
@@ -112,31 +223,44 @@ def task_snapshots(metadata: CompletedMetadata | None, uid: str) -> list[Mapping
 
 def read_operator_restore(
     store: ObjectStore, metadata: CompletedMetadata | None, uid: str, key_groups: KeyGroupRange
-) -> tuple[OperatorRestore | None, dict[int, StateHandle]]:
-    """Fetch and verify the state of ``uid`` for ``key_groups`` from a completed checkpoint.
+) -> tuple[OperatorRestore | None, dict[int, RestoredKeyGroup]]:
+    """Fetch, verify and merge the state of ``uid`` for ``key_groups`` from a completed checkpoint.
 
     Returns the restore (None if the operator has no state there: a new operator starts empty)
-    and the base file of every restored key group (reused by the next incremental snapshot).
+    and every restored key group's chain and entries (the base of the next incremental snapshot).
     """
     entries = task_snapshots(metadata, uid)
     if metadata is None or not entries:
         return None, {}
     restore = OperatorRestore(checkpoint_id=metadata.checkpoint_id)
-    base: dict[int, StateHandle] = {}
+    chains: dict[int, KeyGroupChain] = {}
     for entry in entries:
         for kg_text, value in entry.get(STATE_FILES, {}).items():
             kg = int(kg_text)
             if kg in key_groups:
-                base[kg] = _handle(value)
+                chains[kg] = KeyGroupChain.from_json(value)
         restore.timers.update(_timers_from_json(entry.get("timers", {}), key_groups))
         if entry.get("extra"):
             restore.extra.setdefault("parts", []).append(entry["extra"])
-    for kg in sorted(base):
-        restore.keyed.append(_load(store, base[kg], metadata.checkpoint_id))
-    return restore, base
+    restored: dict[int, RestoredKeyGroup] = {}
+    for kg in sorted(chains):
+        chain = chains[kg]
+        first = _load(store, chain.base, metadata.checkpoint_id)
+        kinds = dict(first.kinds)
+        groups = _groups(first, kg)
+        for delta_file, deleted in chain.deltas:
+            if delta_file is not None:
+                delta = _load(store, delta_file, metadata.checkpoint_id)
+                kinds.update(delta.kinds)
+                groups.update(_groups(delta, kg))
+            for name, key, ns in deleted:
+                groups.pop((name, key_from_jsonable(key), key_from_jsonable(ns)), None)
+        restored[kg] = RestoredKeyGroup(chain, groups)
+        restore.keyed.append(_part(first, kg, groups, kinds))
+    return restore, restored
 
 
-def _load(store: ObjectStore, handle: StateHandle, checkpoint_id: int) -> Any:
+def _load(store: ObjectStore, handle: StateHandle, checkpoint_id: int) -> KeyedStateSnapshot:
     try:
         data = store.get(handle.key).data
     except Exception as exc:

@@ -42,7 +42,12 @@ from spark_jobs.runtime.operators.dedup import DeduplicateOperator
 from spark_jobs.runtime.operators.process import ProcessOperator
 from spark_jobs.runtime.operators.window import TS, WindowOperator
 from spark_jobs.runtime.plan import EpochPlan
-from spark_jobs.runtime.state_io import WrittenSnapshot, read_operator_restore, write_operator_snapshot
+from spark_jobs.runtime.state_io import (
+    RestoredKeyGroup,
+    WrittenSnapshot,
+    read_operator_restore,
+    write_operator_snapshot,
+)
 from spark_jobs.sources.base import event_time_ms
 from spark_jobs.sources.dead_letters import DeadLetterReason, DeadLetters
 from state_store.core import killpoints
@@ -172,7 +177,7 @@ class SubtaskRunner:
         self.pre_committed: dict[str, PreCommittedTxn] = {}
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="epochal-upload")
         self.uploads: dict[str, Future[WrittenSnapshot]] = {}
-        self.base_files: dict[str, dict[int, StateHandle]] = {}
+        self.base_files: dict[str, dict[int, RestoredKeyGroup]] = {}
         self.snapshot_taken = False
         self.declined: str | None = None
         self.rows_in = 0

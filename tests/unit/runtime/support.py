@@ -8,11 +8,12 @@ from typing import Any
 from spark_jobs.api.job import Job
 from spark_jobs.examples.clickstream import build_job
 from spark_jobs.runtime.cycle import CycleReport, run_cycle
+from spark_jobs.runtime.state_io import read_operator_restore
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS
 from state_store.core import CompletedCheckpointStore, JobLayout
+from state_store.core.keygroups import KeyGroupRange
 from state_store.core.ports import NO_KILL, KillSwitch
-from state_store.formats.keyed import decode_key_groups
 from state_store.storage import open_store
 from state_store.testing import ManualClock
 
@@ -53,25 +54,30 @@ def latest_metadata(uri: str, job: Job) -> Any:
 
 
 def final_state(uri: str, job: Job) -> dict[str, Any]:
-    """Every stateful operator's rows (state, key, namespace, value, expiry), the source positions
-    and watermark state of the latest completed checkpoint -- independent of checkpoint ids."""
+    """Every stateful operator's entries (key group, state, key, namespace, value, expiry) merged
+    from its file chains, the source positions and watermark state, and the timers of the latest
+    completed checkpoint -- independent of checkpoint ids and parallelism."""
     store = open_store(uri)
     meta = latest_metadata(uri, job)
     state: dict[str, Any] = {"positions": {k: end for k, (_, end) in meta.positions["ranges"].items()}}
-    for task in meta.tasks:
-        entry = state.setdefault(task.task.uid, [])
-        for handle_json in task.snapshot.get("state_files", {}).values():
-            snap = decode_key_groups(store.get(handle_json["key"]).data)
-            for kg, states in snap.key_groups.items():
-                for name, rows in states.items():
-                    entry.extend(
-                        (kg, name, repr(r.key), repr(r.namespace), repr(r.value), r.expiry_ms) for r in rows
-                    )
-        if "source" in task.snapshot:
-            entry.append(("source", repr(sorted(task.snapshot["source"].items()))))
-        for kg, domains in task.snapshot.get("timers", {}).items():
-            entry.append(("timers", kg, repr(domains)))
-    return {uid: sorted(v, key=repr) if isinstance(v, list) else v for uid, v in state.items()}
+    everything = KeyGroupRange(0, job.max_parallelism - 1)
+    for uid in sorted({t.task.uid for t in meta.tasks}):
+        entry: list[Any] = []
+        restored, _ = read_operator_restore(store, meta, uid, everything)
+        if restored is not None:
+            for part in restored.keyed:
+                for kg, states in part.key_groups.items():
+                    for name, rows in states.items():
+                        entry.extend(
+                            (kg, name, repr(r.key), repr(r.namespace), repr(r.value), r.expiry_ms)
+                            for r in rows
+                        )
+            entry.extend(("timers", kg, repr(domains)) for kg, domains in sorted(restored.timers.items()))
+        for task in meta.tasks:
+            if task.task.uid == uid and "source" in task.snapshot:
+                entry.append(("source", repr(sorted(task.snapshot["source"].items()))))
+        state[uid] = sorted(entry, key=repr)
+    return state
 
 
 def store_uri(path: Path) -> str:
