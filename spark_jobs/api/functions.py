@@ -52,3 +52,27 @@ class KeyedProcessFunction:
 
     def on_timer(self, timestamp: int, ctx: ProcessContext) -> None:
         return None
+
+
+class CoProcessFunction:
+    """Two keyed inputs, one keyed state (Flink's KeyedCoProcessFunction): override
+    ``process_element1``/``process_element2`` (or ``process_key1``/``process_key2``) and ``on_timer``."""
+
+    state_descriptors: tuple[Any, ...] = ()
+
+    def process_key1(self, key: Any, rows: list[dict[str, Any]], ctx: ProcessContext) -> None:
+        for row in rows:
+            self.process_element1(row, ctx)
+
+    def process_key2(self, key: Any, rows: list[dict[str, Any]], ctx: ProcessContext) -> None:
+        for row in rows:
+            self.process_element2(row, ctx)
+
+    def process_element1(self, row: dict[str, Any], ctx: ProcessContext) -> None:
+        raise NotImplementedError("override process_element1(row, ctx)")
+
+    def process_element2(self, row: dict[str, Any], ctx: ProcessContext) -> None:
+        raise NotImplementedError("override process_element2(row, ctx)")
+
+    def on_timer(self, timestamp: int, ctx: ProcessContext) -> None:
+        return None

@@ -51,6 +51,7 @@ class Stage:
     key: str | Callable[..., Any] | None
     steps: list[Step]
     inputs: list[int]
+    input_keys: list[Any] = field(default_factory=list)
 
     @property
     def stateful_uids(self) -> list[str]:
@@ -107,9 +108,19 @@ class JobGraph:
             if step.kind == "source":
                 stage = Stage(len(stages), None, [step], [])
                 stages.append(stage)
-            elif step.kind == "key_by" or (step.kind == "connect"):
-                upstream = sorted({stage_of[id(i)].index for i in step.inputs})
-                stage = Stage(len(stages), step.spec.get("key"), [step], upstream)
+            elif step.kind == "key_by":
+                upstream = [stage_of[id(step.inputs[0])].index]
+                stage = Stage(len(stages), step.spec["key"], [step], upstream, [step.spec["key"]])
+                stages.append(stage)
+            elif step.kind == "connect":
+                upstream = [stage_of[id(i)].index for i in step.inputs]
+                if len(set(upstream)) != len(upstream):
+                    raise JobDefinitionError(
+                        f"{step.describe()} connects two streams of the same stage: connect streams that "
+                        "come from different sources or key_by steps"
+                    )
+                keys = step.spec["keys"]
+                stage = Stage(len(stages), keys[0], [step], upstream, list(keys))
                 stages.append(stage)
             else:
                 (parent,) = step.inputs

@@ -167,8 +167,37 @@ class KeyedStream(DataStream):
         }
         return DataStream(self.job, self._then("window", uid, spec, uid=uid, stateful=True, keyed=True))
 
+    def connect(self, other: KeyedStream) -> ConnectedStreams:
+        """Two keyed streams whose keys share one domain, processed together by a
+        CoProcessFunction with shared keyed state (the combined watermark is the min of both)."""
+        if other.job is not self.job:
+            raise JobDefinitionError("connect() needs two streams of the same job")
+        return ConnectedStreams(self, other)
+
     def deduplicate(self, *, ttl_ms: int, uid: str) -> DataStream:
         """Keep the first record per key; a key is forgotten ``ttl_ms`` after it was first seen."""
         return DataStream(
             self.job, self._then("dedup", uid, {"ttl_ms": ttl_ms}, uid=uid, stateful=True, keyed=True)
         )
+
+
+@dataclass
+class ConnectedStreams:
+    first: KeyedStream
+    second: KeyedStream
+
+    def process(self, fn: Any, *, uid: str) -> DataStream:
+        job, graph = self.first.job, self.first.job.graph
+        if job.mode == "unaligned":
+            raise JobDefinitionError(
+                f"connect step {uid!r}: unaligned checkpoints of two-input steps are not supported yet; "
+                "use mode='exactly_once' or 'at_least_once'"
+            )
+        keys = [self.first.step.spec["key"], self.second.step.spec["key"]]
+        inputs = [self.first.step.inputs[0], self.second.step.inputs[0]]
+        graph.steps.remove(self.first.step)  # the exchange is the connect step itself
+        graph.steps.remove(self.second.step)
+        step = Step(
+            "connect", uid, {"keys": keys, "fn": fn}, uid=uid, inputs=inputs, stateful=True, keyed=True
+        )
+        return DataStream(job, graph.add(step))

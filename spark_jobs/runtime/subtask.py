@@ -39,7 +39,7 @@ from spark_jobs.runtime.messages import Message, from_message, to_message
 from spark_jobs.runtime.operators.async_io import AsyncEnrichOperator
 from spark_jobs.runtime.operators.base import FilterOperator, MapOperator, Operator, OperatorContext
 from spark_jobs.runtime.operators.dedup import DeduplicateOperator
-from spark_jobs.runtime.operators.process import ProcessOperator
+from spark_jobs.runtime.operators.process import CoProcessOperator, ProcessOperator
 from spark_jobs.runtime.operators.window import TS, WindowOperator
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.state_io import (
@@ -65,6 +65,7 @@ from state_store.core.stream import (
     CheckpointedInputGate,
     CheckpointOptions,
     CheckpointType,
+    InputWatermarkCombiner,
     ScriptedChannel,
     StatusWatermarkValve,
     StreamStatus,
@@ -123,14 +124,25 @@ class _Exit:
 
 
 class _ValveOut:
-    def __init__(self, task: SubtaskRunner) -> None:
-        self.task = task
+    """Output of input i's valve: into the N-input combiner (combined watermark = min of inputs,
+    emitted when it advances) and the combined status (IDLE only when every input is idle)."""
+
+    def __init__(
+        self, task: SubtaskRunner, combiner: InputWatermarkCombiner, statuses: list[StreamStatus], index: int
+    ) -> None:
+        self.task, self.combiner, self.statuses, self.index = task, combiner, statuses, index
 
     def emit_watermark(self, watermark: Watermark) -> None:
-        self.task.chain_watermark(watermark.timestamp)
+        combined = self.combiner.report_watermark(watermark, self.index)
+        if combined is not None:
+            self.task.chain_watermark(combined.timestamp)
 
     def emit_stream_status(self, status: StreamStatus) -> None:
-        self.task.forward_status(status)
+        before = all(s is StreamStatus.IDLE for s in self.statuses)
+        self.statuses[self.index] = status
+        after = all(s is StreamStatus.IDLE for s in self.statuses)
+        if before != after:
+            self.task.forward_status(StreamStatus.IDLE if after else StreamStatus.ACTIVE)
 
 
 class SubtaskRunner:
@@ -210,6 +222,8 @@ class SubtaskRunner:
             return DeduplicateOperator(step.uid, key, step.spec["ttl_ms"])
         if step.kind == "process":
             return ProcessOperator(step.uid, key, step.spec["fn"])
+        if step.kind == "connect":
+            return CoProcessOperator(step.uid, self.stage.input_keys, step.spec["fn"])
         raise ValueError(f"unknown step kind {step.kind!r}")
 
     def _wire(self) -> None:
@@ -236,10 +250,13 @@ class SubtaskRunner:
         )
 
     # -- data path -----------------------------------------------------------------------------
-    def push(self, batch: pa.RecordBatch) -> None:
+    def push(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         self.rows_in += batch.num_rows
-        if self.ops:
-            self.ops[0].process_batch(batch)
+        first = self.ops[0] if self.ops else None
+        if isinstance(first, CoProcessOperator):
+            first.process_input(batch, input_index)
+        elif first is not None:
+            first.process_batch(batch)
         else:
             self.emit_out(batch)
 
@@ -260,8 +277,8 @@ class SubtaskRunner:
         if self.consumer is None:
             return
         consumer = self.consumer
-        assert consumer.key is not None
-        groups = key_groups(key_column(batch, consumer.key), self.job.max_parallelism)
+        key = consumer.input_keys[consumer.inputs.index(self.stage.index)]
+        groups = key_groups(key_column(batch, key), self.job.max_parallelism)
         targets = subtasks_of_key_groups(groups, self.job.max_parallelism, self.job.parallelism)
         for dest, part in enumerate(split_by(batch, targets, self.job.parallelism)):
             if part is not None:
@@ -406,7 +423,7 @@ class SubtaskRunner:
         return CheckpointOptions(ctype, self.job.mode == "unaligned")
 
 
-_OPERATOR_KINDS = {"map", "filter", "async", "window", "dedup", "process"}
+_OPERATOR_KINDS = {"map", "filter", "async", "window", "dedup", "process", "connect"}
 
 
 class SourceSubtask(SubtaskRunner):
@@ -519,13 +536,21 @@ class KeyedSubtask(SubtaskRunner):
             self.job.mode, n_channels, self, channel_state_writer=self.channel_state
         )
         gate = CheckpointedInputGate(channels, handler)
-        valve = StatusWatermarkValve(n_channels, _ValveOut(self))
+        widths = [topo.width(self.stages[i], self.job) for i in self.stage.inputs]
+        input_of = [i for i, w in enumerate(widths) for _ in range(w)]
+        local = [c - sum(widths[: input_of[c]]) for c in range(n_channels)]
+        combiner = InputWatermarkCombiner(len(widths))
+        statuses = [StreamStatus.ACTIVE] * len(widths)
+        valves = [
+            StatusWatermarkValve(w, _ValveOut(self, combiner, statuses, i)) for i, w in enumerate(widths)
+        ]
         for buffer in gate:
             item = buffer.item
+            channel = buffer.channel
             if isinstance(item, pa.RecordBatch):
-                self.push(item)
+                self.push(item, input_of[channel])
             elif isinstance(item, (Watermark, StreamStatus)):
-                valve.input(item, buffer.channel)
+                valves[input_of[channel]].input(item, local[channel])
         summaries = self.acknowledge()
         yield from self.outbox if self.consumer is not None else summaries
 

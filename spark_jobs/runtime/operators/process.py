@@ -7,8 +7,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spark_jobs.api.functions import KeyedProcessFunction
-from spark_jobs.runtime.keys import KeySpec, distinct_keys
+from spark_jobs.api.functions import CoProcessFunction, KeyedProcessFunction
+from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_column
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from state_store.core.stream.timers import InternalTimer
 
@@ -66,7 +66,10 @@ class ProcessOperator(KeyedOperator):
             self.backend.bulk(descriptor)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
-        uniques, indices = distinct_keys(self.keys_of(batch))
+        self._process(batch, self.keys_of(batch), self.fn.process_key)
+
+    def _process(self, batch: pa.RecordBatch, keys: pa.Array, call: Any) -> None:
+        uniques, indices = distinct_keys(keys)
         records = batch.to_pylist()
         order = np.argsort(indices, kind="stable")
         bounds = np.searchsorted(indices[order], np.arange(len(uniques) + 1))
@@ -75,7 +78,7 @@ class ProcessOperator(KeyedOperator):
             self.backend.set_current_key(key)
             self.context.key = key
             self.context.ts = max((r.get("_ts") or 0) for r in rows)
-            self.fn.process_key(key, rows, self.context)
+            call(key, rows, self.context)
         self.flush_timer_output()
 
     def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
@@ -102,3 +105,19 @@ class ProcessOperator(KeyedOperator):
             if rows:
                 self.out.side(tag, pa.RecordBatch.from_pylist(rows))
         self.side_rows = {}
+
+
+class CoProcessOperator(ProcessOperator):
+    """Two inputs keyed by ``keys[0]`` and ``keys[1]`` share the keyed state of one key domain."""
+
+    def __init__(self, uid: str, keys: list[KeySpec], fn: CoProcessFunction) -> None:
+        super().__init__(uid, keys[0], fn)  # type: ignore[arg-type]  # same state/timer contract
+        self.keys = keys
+        self.co_fn = fn
+
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        self.process_input(batch, 0)
+
+    def process_input(self, batch: pa.RecordBatch, input_index: int) -> None:
+        call = self.co_fn.process_key1 if input_index == 0 else self.co_fn.process_key2
+        self._process(batch, key_column(batch, self.keys[input_index]), call)
