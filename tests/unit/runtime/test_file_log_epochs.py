@@ -26,7 +26,7 @@ SCHEMA = pa.schema(
 def test_malformed_records_are_dead_lettered_and_the_epoch_continues(tmp_path: Path) -> None:
     source = FileLogSource(LocalObjectStore(tmp_path / "input"), "clicks", uid="clicks", schema=SCHEMA)
     good = [json.dumps({"page": "/a" if i % 2 else "/b", "event_time": 1_000 * i}) for i in range(20)]
-    source.append_lines("p0", good[:10] + ["{not json", json.dumps({"page": "/a"})])  # 2 bad records
+    source.append_lines("p0", [*good[:10], "{not json", json.dumps({"page": "/a"})])  # 2 bad records
     job = Job("files", parallelism=2, max_parallelism=8)
     job.source(source, uid="clicks").key_by("page").window(
         TumblingEventTimeWindows(5_000), Count(), uid="w"
