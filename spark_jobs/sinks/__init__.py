@@ -13,6 +13,7 @@ from spark_jobs.sinks.reader import (
     export_committed,
     read_committed,
     read_committed_pandas,
+    read_committed_spark,
 )
 from spark_jobs.sinks.sweep import plan_orphan_sweep, sweep_orphans
 
@@ -29,5 +30,6 @@ __all__ = [
     "plan_orphan_sweep",
     "read_committed",
     "read_committed_pandas",
+    "read_committed_spark",
     "sweep_orphans",
 ]

@@ -56,6 +56,22 @@ def read_committed_pandas(store: ObjectStore, job_id: str, uid: str, *, up_to: i
     return read_committed(store, job_id, uid, up_to=up_to).to_pandas()
 
 
+def read_committed_spark(
+    spark: Any, store: ObjectStore, job_id: str, uid: str, *, up_to: int | None = None
+) -> Any:
+    """:func:`read_committed` as a Spark DataFrame (verified on the driver, then distributed)."""
+    table = read_committed(store, job_id, uid, up_to=up_to)
+    return spark.createDataFrame(
+        table.to_pandas(), schema=None if table.num_rows else _spark_schema(spark, table)
+    )
+
+
+def _spark_schema(spark: Any, table: Any) -> Any:
+    from pyspark.sql.pandas.types import from_arrow_schema
+
+    return from_arrow_schema(table.schema)
+
+
 def export_committed(
     store: ObjectStore, job_id: str, uid: str, out_path: str | os.PathLike[str], *, up_to: int | None = None
 ) -> ExportResult:

@@ -32,3 +32,15 @@ def test_spark_executor_on_seaweedfs_s3(spark: object, seaweedfs: SeaweedFSServe
     rows, state = run(uri, "spark", spark)
     assert (rows, state) == run((tmp_path / "local").as_uri(), "local")
     assert len(rows) > 10
+
+
+def test_committed_output_as_a_spark_dataframe(spark: object, tmp_path: Path) -> None:
+    from spark_jobs.sinks import read_committed, read_committed_spark
+    from state_store.storage import open_store
+
+    uri = (tmp_path / "df").as_uri()
+    run(uri, "local")
+    store = open_store(uri)
+    frame = read_committed_spark(spark, store, "clickstream", "page-counts-sink")
+    assert frame.count() == read_committed(store, "clickstream", "page-counts-sink").num_rows > 0
+    assert {"page", "window_start", "count"} <= set(frame.columns)
