@@ -14,7 +14,6 @@ these, nothing else):
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,15 +22,20 @@ from spark_jobs.api.job import Job
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.executors import run_in_process, run_on_spark
 from spark_jobs.runtime.plan import EpochPlan
-from state_store.core import killpoints
+from state_store.core import documents, killpoints
 from state_store.core.cleaner import apply_retention
-from state_store.core.completed import load_completed
 from state_store.core.coordinator import CheckpointCoordinator, CompletionResult, Gate
-from state_store.core.manifests import PendingRecord, TaskId
+from state_store.core.failures import CheckpointException, CheckpointFailureReason
+from state_store.core.manifests import AckRecord, PendingRecord, TaskId
 from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.retention import RetentionPlan
-from state_store.core.twophase import PreCommittedTxn, commit_pending_transactions, records_from_metadata
+from state_store.core.twophase import (
+    PreCommittedTxn,
+    commit_pending_transactions,
+    records_from_metadata,
+    records_from_snapshot,
+)
 from state_store.storage import open_store
 
 Executor = str  # "local" (in process) or "spark"
@@ -113,8 +117,6 @@ def trigger_epoch(
         if force
         else CheckpointProperties.checkpoint()
     )
-    from state_store.core.failures import CheckpointException, CheckpointFailureReason
-
     try:
         return coordinator.trigger(
             expected_tasks(job),
@@ -177,10 +179,6 @@ def _commit_attempt_now(
     kill: KillSwitch,
 ) -> None:
     """At-least-once sinks make their output visible at the snapshot, not at completion."""
-    from state_store.core import documents
-    from state_store.core.manifests import AckRecord
-    from state_store.core.twophase import records_from_snapshot
-
     layout = coordinator.layout
     records: list[PreCommittedTxn] = []
     for info in store.list(layout.acks_prefix(checkpoint_id)):
@@ -275,12 +273,3 @@ def run_cycle(
         notify_epoch_complete(job, store, clock, n, kill=kill)
     apply_job_retention(job, store, clock, kill=kill)
     return CycleReport(n, result.status, summaries, result.message)
-
-
-def committed_checkpoint(job: Job, store: ObjectStore, checkpoint_id: int) -> Any:
-    from state_store.core.layout import JobLayout
-
-    return load_completed(store, JobLayout(job.job_id), checkpoint_id)
-
-
-Unused = Callable[..., Any]
