@@ -25,7 +25,7 @@ install: $(STAMP) ## Create .venv and install Epochal with its pinned, tested de
 lint: $(STAMP) ## ruff, import-linter (layer rules) and mypy (strict on state_store)
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
-	$(BIN)/mypy state_store spark_jobs
+	$(BIN)/mypy state_store spark_jobs plugins/epochal_airflow
 
 test: lint ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow)
 	$(BIN)/pytest

@@ -79,6 +79,20 @@ def expected_tasks(job: Job) -> list[TaskId]:
     return tasks
 
 
+def abort_abandoned(job: Job, store: ObjectStore, clock: Clock, request_id: str) -> list[int]:
+    """Abort the undecided checkpoints of other requests (earlier runs that died: with one active
+    run per job, nobody else can still be working on them) -- Flink's abort on failover."""
+    coordinator = coordinator_for(job, store, clock)
+    aborted = []
+    for checkpoint_id in coordinator.undecided_ids():
+        if coordinator.pending_record(checkpoint_id).request_id != request_id:
+            coordinator.abort(
+                checkpoint_id, CheckpointFailureReason.JOB_FAILOVER, f"superseded by run {request_id}"
+            )
+            aborted.append(checkpoint_id)
+    return aborted
+
+
 def _source_stages(job: Job) -> list[Stage]:
     return [s for s in job.graph.stages() if s.key is None]
 
@@ -96,6 +110,17 @@ def trigger_epoch(
     """Step 1 (see module docstring). Returns None when no source has new input (and not forced)."""
     coordinator = coordinator_for(job, store, clock, kill)
     notify_epoch_complete(job, store, clock, None, kill=kill)  # recover_and_commit after a crash
+    for checkpoint_id in coordinator.undecided_ids():
+        pending = coordinator.pending_record(checkpoint_id)
+        if request_id and pending.request_id == request_id:
+            return pending  # the retried trigger of the same run
+        # Epochs are sequential: a new one (even forced, even a savepoint) would read the same input
+        # range from the same base as the undecided one, and both could commit it.
+        raise CheckpointException(
+            CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS,
+            f"checkpoint {checkpoint_id} of job {job.job_id} is still undecided: let it complete, or "
+            "abort it (a new run aborts the checkpoints of dead runs)",
+        )
     latest = coordinator.latest_completed()
     base = latest.metadata.positions.get("ranges", {}) if latest else {}
     now = clock.now_ms()

@@ -87,6 +87,8 @@ def restore_metadata(store: ObjectStore, plan: EpochPlan) -> CompletedMetadata |
     key = (plan.store_uri + "|" + plan.job.job_id, plan.restore_id)
     with _cache_lock:
         if key not in _metadata_cache:
+            while len(_metadata_cache) >= 4:  # bounded: one epoch needs one entry
+                _metadata_cache.pop(next(iter(_metadata_cache)))
             _metadata_cache[key] = load_completed(store, JobLayout(plan.job.job_id), plan.restore_id).metadata
         return _metadata_cache[key]
 
@@ -394,15 +396,19 @@ class SubtaskRunner:
             )
             summaries.append({"uid": op.uid, "subtask": self.subtask, "bytes_written": w.bytes_written})
         for uid, record in self.pre_committed.items():
+            sink_handles, sink_snap = list(record.files), sink_snapshot([record])
+            if uid == self.expected_uids()[0] and channel_snapshot:  # no stateful step: the sink anchors it
+                sink_snap.update(channel_snapshot)
+                sink_handles.extend(channel_handles)
             self.responder.acknowledge(
                 AckRecord(
                     n,
                     TaskId(uid, self.subtask),
                     gen,
                     attempt,
-                    record.files,
+                    tuple(sink_handles),
                     metrics={"rows": record.rows},
-                    snapshot=sink_snapshot([record]),
+                    snapshot=sink_snap,
                 )
             )
         for uid, sink in self.sinks.items():

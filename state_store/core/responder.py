@@ -18,7 +18,7 @@ from state_store.core import documents, killpoints
 from state_store.core.codec import sha256_hex
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import AckRecord, DeclineRecord, StateHandle
-from state_store.core.ports import NO_KILL, KillSwitch, ObjectStore
+from state_store.core.ports import NO_KILL, KillSwitch, ObjectAlreadyExists, ObjectStore
 
 
 class TaskCheckpointResponder:
@@ -52,9 +52,17 @@ class TaskCheckpointResponder:
         return StateHandle(key, len(data), digest)
 
     def acknowledge(self, ack: AckRecord) -> None:
+        """Write the ack create-only. A re-run of the same task attempt (Spark re-executes a task
+        after a lost executor or for speculation) finds its own ack: accepted when it names the same
+        state (metrics such as bytes written may differ on a re-run); anything else is refused."""
         self.kill(killpoints.BEFORE_ACK, ack.checkpoint_id)
         key = self.layout.ack(ack.checkpoint_id, ack.task.uid, ack.task.subtask, ack.attempt, ack.generation)
-        documents.create(self.store, key, ack)
+        try:
+            documents.create(self.store, key, ack)
+        except ObjectAlreadyExists:
+            existing = documents.read(self.store, key, AckRecord)
+            if {h.key for h in existing.handles} != {h.key for h in ack.handles}:
+                raise
         self.kill(killpoints.AFTER_ACK, ack.checkpoint_id)
 
     def decline(self, decline: DeclineRecord) -> None:

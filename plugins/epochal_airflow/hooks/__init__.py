@@ -1,0 +1,3 @@
+from epochal_airflow.hooks.store import EpochalStoreHook
+
+__all__ = ["EpochalStoreHook"]

@@ -1,0 +1,132 @@
+"""The epoch-cycle DAG under real Airflow (``airflow dags test``, SQLite in a temporary
+AIRFLOW_HOME): consecutive runs complete checkpoints; a run killed inside ``run_epoch`` fails, the
+next run recovers and the committed output equals a fault-free run; the same DAG against SeaweedFS
+S3 through an Airflow connection, with the credentials in neither the logs nor the XComs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.sources.generator import DEFAULT_START_MS
+from state_store.core import checkpoint_history
+from state_store.storage import open_store
+from state_store.testing.seaweedfs import SeaweedFSServer
+from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, new_clock, small_job
+
+pytestmark = pytest.mark.integration
+ROOT = Path(__file__).resolve().parents[3]
+DAG = "epochal_clickstream"
+
+
+def logical_date(epoch: int) -> str:
+    return datetime.fromtimestamp((DEFAULT_START_MS + epoch * STEP_MS) / 1000, tz=UTC).isoformat()
+
+
+@pytest.fixture(scope="module")
+def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    home = tmp_path_factory.mktemp("airflow_home")
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
+        "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
+        "EPOCHAL_JOBS": "tests.unit.runtime.support:small_job",
+        "EPOCHAL_EXECUTOR": "local",
+        "EPOCHAL_RESTART": "none",
+    }
+    env.pop("EPOCHAL_FAULT", None)
+    airflow = str(Path(sys.executable).parent / "airflow")
+    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
+    env["AIRFLOW_BIN"] = airflow
+    return env
+
+
+def dags_test(env: dict[str, str], epoch: int, **extra: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [env["AIRFLOW_BIN"], "dags", "test", DAG, logical_date(epoch)],
+        env={**env, **extra},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+def completed_ids(uri: str) -> list[int]:
+    return [
+        r.checkpoint_id for r in checkpoint_history(open_store(uri), "clickstream") if r.status == "completed"
+    ]
+
+
+def reference_rows(epochs: int) -> list[tuple[object, ...]]:
+    import tempfile
+
+    uri = Path(tempfile.mkdtemp()).as_uri()
+    job, clock = small_job(), new_clock()
+    for _ in range(epochs):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    return committed_rows(uri, job)
+
+
+def test_five_runs_complete_five_checkpoints_and_a_killed_run_recovers(
+    airflow_env: dict[str, str], tmp_path: Path
+) -> None:
+    uri = (tmp_path / "store").as_uri()
+    env = {**airflow_env, "EPOCHAL_STORE_URI": uri}
+    for epoch in (1, 2):
+        result = dags_test(env, epoch)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    killed = dags_test(env, 3, EPOCHAL_FAULT="after_ack@3", EPOCHAL_FAULT_MODE="exit")
+    assert killed.returncode != 0
+    assert completed_ids(uri) == [1, 2]
+    for epoch in (3, 4, 5, 6):  # the next run recovers: the dead run's checkpoint 3 is aborted
+        result = dags_test(env, epoch)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "epochal complete_checkpoint" in result.stdout + result.stderr
+    history = {r.checkpoint_id: r for r in checkpoint_history(open_store(uri), "clickstream")}
+    assert history[3].status == "aborted" and "JOB_FAILOVER" in history[3].reason
+    assert len(completed_ids(uri)) >= 3  # retention keeps the newest 3 of the 6 completed
+    assert max(completed_ids(uri)) == 7
+    assert committed_rows(uri, small_job()) == reference_rows(6)
+
+
+def test_the_same_dag_on_seaweedfs_through_an_airflow_connection_keeps_credentials_secret(
+    airflow_env: dict[str, str], seaweedfs: SeaweedFSServer
+) -> None:
+    seaweedfs.make_store("epochal-airflow")
+    connection = {
+        "conn_type": "aws",
+        "login": seaweedfs.access_key,
+        "password": seaweedfs.secret_key,
+        "extra": {"endpoint_url": seaweedfs.endpoint_url, "region_name": seaweedfs.region},
+    }
+    env = {
+        **airflow_env,
+        "EPOCHAL_STORE_URI": "s3://epochal-airflow/jobs",
+        "EPOCHAL_STORE_CONN_ID": "epochal_s3",
+        "AIRFLOW_CONN_EPOCHAL_S3": json.dumps(connection),
+    }
+    for key in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+        env.pop(key, None)
+    outputs = []
+    for epoch in (1, 2, 3):
+        result = dags_test(env, epoch)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        outputs.append(result.stdout + result.stderr)
+    store = seaweedfs.make_store("epochal-airflow", "jobs")
+    assert [r.status for r in checkpoint_history(store, "clickstream")] == ["completed"] * 3
+    logs = "\n".join(outputs)
+    assert seaweedfs.secret_key not in logs and seaweedfs.access_key not in logs
+    database = Path(airflow_env["AIRFLOW_HOME"]) / "airflow.db"
+    assert seaweedfs.secret_key.encode() not in database.read_bytes()  # XComs and rendered fields
+    for log_file in Path(airflow_env["AIRFLOW_HOME"]).rglob("*.log"):
+        assert seaweedfs.secret_key not in log_file.read_text(errors="replace")
