@@ -30,9 +30,8 @@ lint: $(STAMP) ## ruff, import-linter (layer rules) and mypy (strict on state_st
 test: lint ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow)
 	$(BIN)/pytest
 
-demo: $(STAMP) ## Run the example pipeline end to end on the embedded default (local store)
-	rm -rf .demo-store
-	$(BIN)/epochal demo --store file://$(abspath .demo-store)
+demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite
+	PYTHONPATH=plugins:. $(BIN)/python -m epochal_airflow.demo
 
 clean: ## Remove the venv, caches and demo output
 	rm -rf $(VENV) .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
