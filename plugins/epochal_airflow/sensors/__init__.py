@@ -1,0 +1,3 @@
+from epochal_airflow.sensors.checkpoint import CheckpointSensor
+
+__all__ = ["CheckpointSensor"]

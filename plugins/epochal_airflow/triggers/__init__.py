@@ -1,0 +1,3 @@
+from epochal_airflow.triggers.checkpoint import CheckpointDecidedTrigger
+
+__all__ = ["CheckpointDecidedTrigger"]
