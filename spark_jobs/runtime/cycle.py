@@ -133,6 +133,8 @@ def trigger_epoch(
             key = topo.position_key(uid, partition)
             start = int(base.get(key, [0, 0])[1])
             end = max(start, min(int(available.get(partition, start)), start + job.max_records_per_epoch))
+            if savepoint:
+                end = start  # a savepoint cuts the stream where the latest checkpoint did
             ranges[key] = [start, end]
     has_new_input = any(end > start for start, end in ranges.values())
     props = (
@@ -298,3 +300,44 @@ def run_cycle(
         notify_epoch_complete(job, store, clock, n, kill=kill)
     apply_job_retention(job, store, clock, kill=kill)
     return CycleReport(n, result.status, summaries, result.message)
+
+
+def take_savepoint(
+    job: Job,
+    store_uri: str,
+    clock: Clock,
+    name: str,
+    *,
+    fmt: str = "parquet",
+    executor: Executor = "local",
+    spark: Any = None,
+    request_id: str = "",
+) -> dict[str, Any]:
+    """Trigger a savepoint (forced, always aligned, at the latest checkpoint's positions), run its
+    epoch, complete it, and write it self-contained to ``<root>/<job>/savepoints/<name>/``.
+    Savepoints never move LATEST and are never deleted by retention."""
+    from spark_jobs.snapshots import _from_metadata, savepoint_location, savepoint_store, write_savepoint
+
+    store = open_store(store_uri)
+    pending = trigger_epoch(job, store, clock, request_id=request_id or f"savepoint-{name}", savepoint=True)
+    assert pending is not None  # forced: never skipped
+    run_epoch(job, store_uri, pending.checkpoint_id, clock, executor=executor, spark=spark)
+    result = complete_epoch(job, store, clock, pending.checkpoint_id)
+    if result.status != "completed" or result.checkpoint is None:
+        raise RuntimeError(
+            f"savepoint {name!r} failed: checkpoint {pending.checkpoint_id} {result.status}: {result.message}"
+        )
+    snapshot = _from_metadata(
+        store,
+        result.checkpoint.metadata,
+        job.max_parallelism,
+        f"{store.uri} checkpoint {pending.checkpoint_id}",
+    )
+    location = savepoint_location(store_uri, job.job_id, name)
+    body = write_savepoint(snapshot, savepoint_store(location), name, fmt=fmt, created_ms=clock.now_ms())
+    return {
+        "name": name,
+        "location": location,
+        "checkpoint_id": pending.checkpoint_id,
+        "operators": sorted(body["operators"]),
+    }
