@@ -70,6 +70,7 @@ def gather_inputs(
         pointer = pointer_doc.checkpoint_id if pointer_doc else None
     except ManifestError:
         pointer = None
+    stored_pins = {p for o in objects if (p := layout.pinned_id_of(o.key)) is not None}
     return RetentionInputs(
         job_root=layout.root,
         objects=objects,
@@ -77,7 +78,7 @@ def gather_inputs(
         retained_count=config.retained_checkpoints,
         now_ms=clock.now_ms(),
         grace_ms=config.orphan_grace_ms,
-        pinned=pinned,
+        pinned=frozenset(pinned) | frozenset(stored_pins),
         pointer=pointer,
     )
 

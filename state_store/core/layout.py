@@ -14,6 +14,7 @@
                                      /_decision.json      (commit or abort, create-only, once)
                                      /_quarantined.json   (failed audit validation)
     <job_id>/shared/<uid>/<content-hash>.<fmt>
+    <job_id>/pins/<n:010d>.json                  keeps checkpoint n from retention
     <job_id>/savepoints/<name>/_metadata.json
     <job_id>/sinks/<sink_uid>/txn-<n:010d>/...
 
@@ -144,6 +145,19 @@ class JobLayout:
                 f"content hash {content_hash!r} is invalid: use 16-64 lowercase hex digits"
             )
         return f"{self.shared_prefix}{uid}/{content_hash}.{_fmt(fmt)}"
+
+    @property
+    def pins_prefix(self) -> str:
+        return f"{self.job_id}/pins/"
+
+    def pin(self, checkpoint_id: int) -> str:
+        """A marker that keeps checkpoint n from retention (restored with NO_CLAIM, or pinned by hand)."""
+        return f"{self.pins_prefix}{checkpoint_id:010d}.json"
+
+    def pinned_id_of(self, key: str) -> int | None:
+        name = key[len(self.pins_prefix) :] if key.startswith(self.pins_prefix) else ""
+        stem = name.removesuffix(".json")
+        return int(stem) if stem.isdigit() and name.endswith(".json") else None
 
     @property
     def savepoints_prefix(self) -> str:

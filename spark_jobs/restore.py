@@ -1,0 +1,141 @@
+"""Restore a job from a checkpoint or a savepoint (Flink's ``-s`` with uid mapping and rescaling).
+
+Steps (nothing is written before step 3, so a refused or dry-run restore changes nothing):
+
+1. read and verify the snapshot (a completed checkpoint of this job, or a savepoint folder at any
+   location -- refused if it belongs to another job, unless ``allow_foreign``);
+2. plan (pure, ``state_store.core.restore_plan``): uid matches and renames, new operators,
+   dropped state (refused unless ``allow_non_restored_state``), parallelism change, state kind and
+   schema compatibility; ``dry_run`` stops here and returns the plan;
+3. abort in-flight checkpoints (failover), then *import* the snapshot as a new completed
+   checkpoint n of the job: every kept operator's key groups re-split for the new parallelism,
+   timers per key group, source positions and watermark state; n becomes LATEST;
+4. start a new generation restored from n (zombies of the old one are fenced; sinks are fenced too);
+5. NO_CLAIM (default) pins a restored checkpoint of this job so retention never deletes it; CLAIM
+   lets the job own it. A savepoint's folder is never modified or deleted either way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from spark_jobs.api.job import Job
+from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs
+from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
+from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
+from state_store.core.codec import canonical_json, sha256_hex
+from state_store.core.keygroups import KeyGroupRange, key_group_range_for_subtask
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import AckRecord, StateHandle, TaskId
+from state_store.core.ports import Clock, ObjectStore
+from state_store.core.properties import CheckpointProperties
+from state_store.core.responder import TaskCheckpointResponder
+from state_store.formats.keyed import encode_key_groups
+
+
+@dataclass
+class RestoreRequest:
+    source: str = "latest"  # "latest" | checkpoint id | savepoint location URI
+    allow_non_restored_state: bool = False
+    uid_map: dict[str, str] = field(default_factory=dict)
+    claim_mode: str = "NO_CLAIM"
+    allow_foreign: bool = False
+    dry_run: bool = False
+    force: bool = False  # restore even if the snapshot's validation failed
+
+
+def load_snapshot(job: Job, store: ObjectStore, store_uri: str, source: str, clock: Clock) -> Snapshot:
+    if source == "latest":
+        latest = coordinator_for(job, store, clock).latest_completed()
+        if latest is None:
+            raise SnapshotError(f"job {job.job_id} has no completed checkpoint to restore from")
+        return from_checkpoint(store, job.job_id, latest.checkpoint_id, job.max_parallelism)
+    if source.isdigit():
+        return from_checkpoint(store, job.job_id, int(source), job.max_parallelism)
+    return read_savepoint(source)
+
+
+def _upload(store: ObjectStore, layout: JobLayout, uid: str, data: bytes) -> StateHandle:
+    digest = sha256_hex(data)
+    key = layout.shared_file(uid, digest, "arrow")
+    if store.head(key) is None:
+        store.put_if_absent(key, data)
+    return StateHandle(key, len(data), digest)
+
+
+def import_snapshot(
+    job: Job, store: ObjectStore, clock: Clock, snapshot: Snapshot, request: RestoreRequest, request_id: str
+) -> int:
+    """Steps 3-5 of the module docstring; returns the id of the imported checkpoint."""
+    layout = JobLayout(job.job_id)
+    coordinator = coordinator_for(job, store, clock)
+    coordinator.failover()
+    renamed = {request.uid_map.get(uid, uid): op for uid, op in snapshot.operators.items()}
+    ranges = {k: [end, end] for k, end in snapshot.positions.items()}
+    acks: list[tuple[TaskId, tuple[StateHandle, ...], dict[str, Any]]] = []
+    for stage in job.graph.stages():
+        width = topo.width(stage, job)
+        for step in stage.steps:
+            if not (step.stateful and step.uid):
+                continue
+            if step.kind == "source":
+                entries = {e.get("partition"): e for e in snapshot.sources.get(step.uid, [])}
+                for i, partition in enumerate(topo.source_partitions(stage)):
+                    entry = dict(entries.get(partition, {"partition": partition, "max_ts": None}))
+                    entry["position"] = snapshot.positions.get(topo.position_key(step.uid, partition), 0)
+                    acks.append((TaskId(step.uid, i), (), {"source": entry}))
+                continue
+            if step.kind == "sink" or step.uid not in renamed:
+                continue  # sinks restore nothing; a new operator starts empty
+            op = renamed[step.uid]
+            for subtask in range(width):
+                owned = key_group_range_for_subtask(job.max_parallelism, job.parallelism, subtask)
+                files: dict[str, Any] = {}
+                written: list[StateHandle] = []
+                if op.keyed is not None:
+                    for kg in owned:
+                        part = op.keyed.part(KeyGroupRange(kg, kg))
+                        if part.key_groups:
+                            handle = _upload(store, layout, step.uid, encode_key_groups(part, "arrow"))
+                            files[str(kg)] = {"key": handle.key, "size": handle.size, "sha256": handle.sha256}
+                            written.append(handle)
+                timers = {kg: doms for kg, doms in op.timers.items() if kg in owned}
+                snap = {STATE_FILES: files, "timers": _timers_to_json(timers), "extra": {}}
+                acks.append((TaskId(step.uid, subtask), tuple(written), snap))
+    expected = [task for task, _, _ in acks] or expected_tasks(job)
+    pending = coordinator.trigger(
+        expected,
+        properties=CheckpointProperties.forced_checkpoint(),
+        positions={"ranges": ranges, "base": None, "restored_from": snapshot.location},
+        request_id=request_id,
+    )
+    n = pending.checkpoint_id
+    attempt = coordinator.start_attempt(n).attempt
+    responder = TaskCheckpointResponder(store, job.job_id)
+    for task, handles, snap in acks:
+        responder.acknowledge(AckRecord(n, task, pending.generation, attempt, handles, snapshot=snap))
+    result = coordinator.complete(n)
+    if result.status != "completed":
+        raise SnapshotError(
+            f"importing the snapshot as checkpoint {n} failed: {result.status} {result.message}"
+        )
+    job_record = coordinator.bump_generation(restored_from=n)
+    for uid, spec in sink_specs(job).items():
+        spec.create(store, job.job_id, uid).fence(job_record.generation)
+    if (
+        snapshot.kind == "checkpoint"
+        and snapshot.checkpoint_id is not None
+        and request.claim_mode == "NO_CLAIM"
+    ):
+        pin(store, job.job_id, snapshot.checkpoint_id, f"restored NO_CLAIM into checkpoint {n}")
+    return n
+
+
+def pin(store: ObjectStore, job_id: str, checkpoint_id: int, reason: str) -> None:
+    """Keep checkpoint ``checkpoint_id`` from retention (``<job>/pins/<id>.json``)."""
+    store.put(
+        JobLayout(job_id).pin(checkpoint_id),
+        canonical_json({"checkpoint_id": checkpoint_id, "reason": reason}),
+    )
