@@ -17,22 +17,35 @@ Steps (nothing is written before step 3, so a refused or dry-run restore changes
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from typing import Any
 
+from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
+from spark_jobs.api.windows import EventTimeSessionWindows
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs
 from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
 from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
 from state_store.core.codec import canonical_json, sha256_hex
-from state_store.core.keygroups import KeyGroupRange, key_group_range_for_subtask
+from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import AckRecord, StateHandle, TaskId
 from state_store.core.ports import Clock, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
+from state_store.core.restore_plan import (
+    JobShape,
+    OperatorShape,
+    RestoreOptions,
+    RestorePlan,
+    SnapshotShape,
+    plan_restore,
+)
+from state_store.core.state.descriptors import StateKind
 from state_store.formats.keyed import encode_key_groups
+from state_store.storage import open_store
 
 
 @dataclass
@@ -139,3 +152,85 @@ def pin(store: ObjectStore, job_id: str, checkpoint_id: int, reason: str) -> Non
         JobLayout(job_id).pin(checkpoint_id),
         canonical_json({"checkpoint_id": checkpoint_id, "reason": reason}),
     )
+
+
+def _kinds(step: Step) -> dict[str, str]:
+    if step.kind == "window":
+        name = "sessions" if isinstance(step.spec["assigner"], EventTimeSessionWindows) else "acc"
+        return {name: StateKind.VALUE.value}
+    if step.kind == "dedup":
+        return {"seen": StateKind.VALUE.value}
+    if step.kind in ("process", "connect"):
+        return {d.name: d.kind.value for d in getattr(step.spec["fn"], "state_descriptors", ())}
+    return {}
+
+
+def job_shape(job: Job) -> JobShape:
+    operators = []
+    for stage in job.graph.stages():
+        width = topo.width(stage, job)
+        for step in stage.steps:
+            if not step.uid:
+                continue
+            if step.kind == "source":
+                operators.append(OperatorShape(step.uid, True, False, width))
+            elif step.kind == "sink":
+                operators.append(OperatorShape(step.uid, False, False, width))
+            else:
+                operators.append(OperatorShape(step.uid, True, True, width, _kinds(step)))
+    return JobShape(job.job_id, job.max_parallelism, tuple(operators))
+
+
+def snapshot_shape(snapshot: Snapshot) -> SnapshotShape:
+    operators = [
+        OperatorShape(uid, True, True, op.parallelism, op.kinds)
+        for uid, op in sorted(snapshot.operators.items())
+    ]
+    operators += [
+        OperatorShape(uid, True, False, len(entries)) for uid, entries in sorted(snapshot.sources.items())
+    ]
+    return SnapshotShape(
+        snapshot.job_id,
+        snapshot.max_parallelism,
+        snapshot.kind,
+        snapshot.checkpoint_id,
+        snapshot.location,
+        tuple(operators),
+    )
+
+
+@dataclass
+class RestoreReport:
+    plan: RestorePlan
+    checkpoint_id: int | None = None  # the imported checkpoint (None for a dry run)
+
+
+def restore(
+    job: Job,
+    store_uri: str,
+    clock: Clock,
+    request: RestoreRequest,
+    *,
+    parallelism: int | None = None,
+    request_id: str = "",
+) -> RestoreReport:
+    """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring."""
+    store = open_store(store_uri)
+    snapshot = load_snapshot(job, store, store_uri, request.source, clock)
+    if parallelism is not None and parallelism != job.parallelism:
+        job = copy.copy(job)
+        check_parallelism(job.max_parallelism, parallelism)
+        job.parallelism = parallelism
+    options = RestoreOptions(
+        allow_non_restored_state=request.allow_non_restored_state,
+        uid_map=dict(request.uid_map),
+        parallelism=None,
+        claim_mode=request.claim_mode,
+        allow_foreign=request.allow_foreign,
+    )
+    plan = plan_restore(job_shape(job), snapshot_shape(snapshot), options)
+    if request.dry_run:
+        return RestoreReport(plan)
+    plan.raise_if_refused()
+    n = import_snapshot(job, store, clock, snapshot, request, request_id or f"restore-{clock.now_ms()}")
+    return RestoreReport(plan, n)
