@@ -167,7 +167,12 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
         return 0
     if args.id is None:
         raise UsageError("checkpoints show needs --id N: the checkpoint to show")
-    cp = load_completed(store, JobLayout(args.job), args.id, deep=True)
+    try:
+        cp = load_completed(store, JobLayout(args.job), args.id, deep=True)
+    except ObjectNotFound:
+        raise UsageError(
+            f"checkpoint {args.id} of job {args.job} was not found: see `epochal checkpoints list`"
+        ) from None
     print(json.dumps(to_jsonable(cp.metadata), indent=1))
     return 0
 
@@ -272,6 +277,68 @@ def _cmd_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_restore(args: argparse.Namespace) -> int:
+    from spark_jobs.jobs.loading import load_job
+    from spark_jobs.restore import RestoreRequest, restore
+
+    job = load_job(args.job_ref)
+    uid_map = {}
+    for item in args.uid_map:
+        old, sep, new = item.partition("=")
+        if not sep or not old or not new:
+            raise UsageError(f"--uid-map {item!r} is invalid: use OLD=NEW")
+        uid_map[old] = new
+    request = RestoreRequest(
+        source=args.source,
+        allow_non_restored_state=args.allow_non_restored_state,
+        uid_map=uid_map,
+        claim_mode=args.claim_mode,
+        allow_foreign=args.allow_foreign,
+        dry_run=args.dry_run,
+    )
+    clock = (
+        _simulated_clock(open_store(args.store), job.job_id, 0)
+        if args.time_step_ms is not None
+        else SystemClock()
+    )
+    report = restore(job, args.store, clock, request, parallelism=args.parallelism)
+    if args.json:
+        print(json.dumps({"plan": report.plan.to_json(), "checkpoint_id": report.checkpoint_id}))
+    else:
+        print(report.plan.render_table())
+        print(
+            "dry run: nothing was changed"
+            if args.dry_run
+            else f"restored into checkpoint {report.checkpoint_id}; the next epoch resumes from it"
+        )
+    if not report.plan.ok:
+        raise UsageError(report.plan.refusals[0])
+    return 0
+
+
+def _cmd_backfill(args: argparse.Namespace) -> int:
+    from spark_jobs.backfill import backfill
+    from spark_jobs.jobs.loading import load_job
+
+    job = load_job(args.job_ref)
+    report = backfill(
+        job,
+        args.store,
+        args.from_savepoint,
+        args.new_job,
+        until_ms=args.until_ms,
+        epochs=args.epochs,
+        step_ms=args.time_step_ms,
+    )
+    print(
+        json.dumps(report)
+        if args.json
+        else f"backfill job {args.new_job}: restored from {args.from_savepoint}, {report['epochs']} epochs, "
+        f"output in sink(s) {', '.join(report['sinks'])} of job {args.new_job}"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epochal", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -347,6 +414,31 @@ def build_parser() -> argparse.ArgumentParser:
     sps.add_argument("--name")
     sps.set_defaults(func=_cmd_savepoints)
 
+    rs = sub.add_parser("restore", help="restore a job from latest, a checkpoint id or a savepoint location")
+    rs.add_argument("--job", dest="job_ref", required=True)
+    rs.add_argument("--store", required=True)
+    rs.add_argument("--from", dest="source", default="latest", help="latest | checkpoint id | savepoint URI")
+    rs.add_argument("--dry-run", action="store_true", help="print the plan; change nothing")
+    rs.add_argument("--allow-non-restored-state", action="store_true")
+    rs.add_argument("--uid-map", action="append", default=[], help="OLD=NEW (repeatable)")
+    rs.add_argument("--parallelism", type=int, default=None)
+    rs.add_argument("--claim-mode", choices=["CLAIM", "NO_CLAIM"], default="NO_CLAIM")
+    rs.add_argument("--allow-foreign", action="store_true", help="accept a snapshot of another job")
+    rs.add_argument("--time-step-ms", type=int, default=None)
+    rs.add_argument("--json", action="store_true")
+    rs.set_defaults(func=_cmd_restore)
+
+    bf = sub.add_parser("backfill", help="fork a new job from a savepoint and reprocess into its own sinks")
+    bf.add_argument("--job", dest="job_ref", required=True, help="the job definition to run")
+    bf.add_argument("--store", required=True)
+    bf.add_argument("--from-savepoint", required=True, help="savepoint location URI")
+    bf.add_argument("--new-job", required=True, help="id of the forked job (its own state and sinks)")
+    bf.add_argument("--until-ms", type=int, default=None, help="stop once event time reaches this")
+    bf.add_argument("--epochs", type=int, default=10)
+    bf.add_argument("--time-step-ms", type=int, default=10_000)
+    bf.add_argument("--json", action="store_true")
+    bf.set_defaults(func=_cmd_backfill)
+
     ins = sub.add_parser("inspect", help="an operator's keyed state at a checkpoint or savepoint")
     common(ins)
     ins.add_argument("--checkpoint", type=int)
@@ -357,6 +449,11 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--max-parallelism", type=int, default=128)
     ins.set_defaults(func=_cmd_inspect)
     return parser
+
+
+def _one_line(exc: BaseException) -> str:
+    """Errors that list several reasons (restore refusals) print as one line."""
+    return "; ".join(line.strip().lstrip("- ").strip() for line in str(exc).splitlines() if line.strip())
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -376,7 +473,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         JobNotFoundError,
         ValueError,
     ) as exc:
-        print(f"epochal: {exc}", file=sys.stderr)
+        print(f"epochal: {_one_line(exc)}", file=sys.stderr)
         return 2
     except (ManifestError, ObjectNotFound, StoreError) as exc:
         print(f"epochal: {exc}", file=sys.stderr)

@@ -80,7 +80,13 @@ def _merge(parts: list[KeyedStateSnapshot], max_parallelism: int) -> KeyedStateS
 
 def from_checkpoint(store: ObjectStore, job_id: str, checkpoint_id: int, max_parallelism: int) -> Snapshot:
     """Read and verify (sizes and SHA-256) the full state of a completed checkpoint."""
-    meta = load_completed(store, JobLayout(job_id), checkpoint_id, deep=True).metadata
+    try:
+        meta = load_completed(store, JobLayout(job_id), checkpoint_id, deep=True).metadata
+    except ObjectNotFound:
+        raise SnapshotError(
+            f"checkpoint {checkpoint_id} of job {job_id} was not found (not completed, or removed by "
+            "retention): see `epochal checkpoints list`"
+        ) from None
     return _from_metadata(store, meta, max_parallelism, f"{store.uri} checkpoint {checkpoint_id}")
 
 

@@ -90,8 +90,8 @@ def test_bad_inputs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> 
     assert main(["nonsense"]) == 2
 
 
-def test_show_of_a_missing_checkpoint_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["checkpoints", "show", "--store", tmp_path.as_uri(), "--id", "9"]) == 1
+def test_show_of_a_missing_checkpoint_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["checkpoints", "show", "--store", tmp_path.as_uri(), "--id", "9"]) == 2
     assert "not found" in capsys.readouterr().err
 
 
