@@ -52,4 +52,9 @@ def backfill(
         clock.advance(step_ms)
         run_cycle(fork, store_uri, clock, executor=executor)
         ran += 1
-    return {"job": new_job_id, "epochs": ran, "sinks": sorted(sink_specs(fork)), "clock_ms": clock.now_ms()}
+    return {
+        "new_job": new_job_id,
+        "epochs": ran,
+        "sinks": sorted(sink_specs(fork)),
+        "clock_ms": clock.now_ms(),
+    }

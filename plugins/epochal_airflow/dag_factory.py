@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG
+from airflow.sdk import DAG, Param
 
 from epochal_airflow.config import EpochalSettings
 from epochal_airflow.operators.checkpoint import (
@@ -25,6 +25,7 @@ from epochal_airflow.operators.checkpoint import (
     TriggerCheckpointOperator,
     ValidateCheckpointOperator,
 )
+from epochal_airflow.operators.state import BackfillOperator, RestoreOperator, TriggerSavepointOperator
 
 START = pendulum.datetime(2023, 11, 14, tz="UTC")
 
@@ -59,7 +60,90 @@ def build_epoch_dag(job_ref: str, settings: EpochalSettings) -> DAG:
     return dag
 
 
+def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
+    """``epochal_savepoint``, ``epochal_restore``, ``epochal_backfill``, ``epochal_maintenance``:
+    triggered by hand with typed params; ``job`` picks one of the configured jobs."""
+    jobs = list(settings.jobs)
+    job_param = Param(jobs[0] if jobs else "", type="string", enum=jobs or [""], description="the job")
+    common: dict[str, Any] = {
+        "job": "{{ params.job }}",
+        "store_uri": settings.store_uri,
+        "conn_id": settings.conn_id,
+    }
+
+    def manual(dag_id: str, description: str, params: dict[str, Param]) -> DAG:
+        return DAG(
+            dag_id=dag_id,
+            description=description,
+            schedule=None,
+            start_date=START,
+            catchup=False,
+            max_active_runs=1,
+            params={"job": job_param, **params},
+            tags=["epochal"],
+            render_template_as_native_obj=False,
+        )
+
+    with manual(
+        "epochal_savepoint",
+        "Take a named savepoint (self-contained, canonical Parquet)",
+        {
+            "name": Param("manual", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+            "format": Param("parquet", type="string", enum=["parquet", "arrow"]),
+        },
+    ) as savepoint:
+        TriggerSavepointOperator(
+            task_id="trigger_savepoint",
+            name="{{ params.name }}",
+            savepoint_format="{{ params.format }}",
+            **common,
+        )
+    with manual(
+        "epochal_restore",
+        "Restore a job from latest, a checkpoint id or a savepoint location",
+        {
+            "source": Param("latest", type="string", description="latest | checkpoint id | savepoint URI"),
+            "allow_non_restored_state": Param(False, type="boolean"),
+            "uid_map": Param({}, type="object", description="old uid -> new uid"),
+            "parallelism": Param(None, type=["null", "integer"], minimum=1),
+            "claim_mode": Param("NO_CLAIM", type="string", enum=["NO_CLAIM", "CLAIM"]),
+            "dry_run": Param(True, type="boolean"),
+        },
+    ) as restore:
+        RestoreOperator(
+            task_id="restore",
+            source="{{ params.source }}",
+            uid_map="{{ params.uid_map | tojson }}",
+            parallelism="{{ params.parallelism }}",
+            claim_mode="{{ params.claim_mode }}",
+            dry_run="{{ params.dry_run }}",
+            allow_non_restored_state="{{ params.allow_non_restored_state }}",
+            **common,
+        )
+    with manual(
+        "epochal_backfill",
+        "Fork a job from a savepoint into a new job id and reprocess into its own sinks",
+        {
+            "savepoint": Param("", type="string", description="savepoint location URI"),
+            "new_job_id": Param("backfill", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
+            "until_ms": Param(None, type=["null", "integer"]),
+            "epochs": Param(10, type="integer", minimum=1),
+        },
+    ) as backfill:
+        BackfillOperator(
+            task_id="backfill",
+            savepoint="{{ params.savepoint }}",
+            new_job_id="{{ params.new_job_id }}",
+            until_ms="{{ params.until_ms }}",
+            epochs="{{ params.epochs }}",
+            **common,
+        )
+    with manual("epochal_maintenance", "Retention, sink orphan sweep", {}) as maintenance:
+        ApplyRetentionOperator(task_id="apply_retention", **common)
+    return [savepoint, restore, backfill, maintenance]
+
+
 def build_all(settings: EpochalSettings | None = None) -> dict[str, DAG]:
     settings = settings or EpochalSettings.from_env()
-    dags = [build_epoch_dag(ref, settings) for ref in settings.jobs]
+    dags = [build_epoch_dag(ref, settings) for ref in settings.jobs] + build_manual_dags(settings)
     return {d.dag_id: d for d in dags}

@@ -43,7 +43,7 @@ def run_clock(context: Any) -> FixedClock:
 class EpochalOperator(BaseOperator):
     """Common arguments: which job (example name or ``module:attr``), where its state lives."""
 
-    template_fields: Sequence[str] = ("store_uri", "conn_id")
+    template_fields: Sequence[str] = ("job_ref", "store_uri", "conn_id")
     ui_color = "#e8f4fd"
 
     def __init__(

@@ -130,3 +130,38 @@ def test_the_same_dag_on_seaweedfs_through_an_airflow_connection_keeps_credentia
     assert seaweedfs.secret_key.encode() not in database.read_bytes()  # XComs and rendered fields
     for log_file in Path(airflow_env["AIRFLOW_HOME"]).rglob("*.log"):
         assert seaweedfs.secret_key not in log_file.read_text(errors="replace")
+
+
+def test_savepoint_restore_and_backfill_dags(airflow_env: dict[str, str], tmp_path: Path) -> None:
+    uri = (tmp_path / "store").as_uri()
+    env = {**airflow_env, "EPOCHAL_STORE_URI": uri}
+    for epoch in (1, 2):
+        assert dags_test(env, epoch).returncode == 0
+
+    def manual(dag_id: str, conf: dict[str, object]) -> str:
+        result = subprocess.run(
+            [env["AIRFLOW_BIN"], "dags", "test", dag_id, logical_date(2), "-c", json.dumps(conf)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        return result.stdout + result.stderr
+
+    manual("epochal_savepoint", {"name": "sp-1"})
+    location = f"{uri}/clickstream/savepoints/sp-1"
+    import pandas as pd
+
+    assert len(pd.read_parquet(location.removeprefix("file://") + "/dedup/state.parquet")) > 0
+    before = [r.checkpoint_id for r in checkpoint_history(open_store(uri), "clickstream")]
+    logs = manual("epochal_restore", {"source": location, "dry_run": True})
+    assert "ACTION" in logs and "dedup" in logs
+    assert [r.checkpoint_id for r in checkpoint_history(open_store(uri), "clickstream")] == before
+    manual("epochal_restore", {"source": location, "dry_run": False})
+    assert completed_ids(uri)[-1] > max(before)
+    manual("epochal_backfill", {"savepoint": location, "new_job_id": "clickstream-bf", "epochs": 2})
+    assert len(committed_rows(uri, small_job(), sink="page-counts-sink")) > 0
+    from spark_jobs.sinks import read_committed
+
+    assert read_committed(open_store(uri), "clickstream-bf", "page-counts-sink").num_rows > 0

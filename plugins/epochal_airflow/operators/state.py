@@ -1,0 +1,126 @@
+"""Operators of the manual DAGs: savepoint, restore (with a dry run), backfill, maintenance.
+
+Their arguments are templated, so a DAG passes ``{{ params.x }}``; each returns a small JSON-able
+dict (the restore plan as JSON) and logs one summary line.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from airflow.sdk.exceptions import AirflowException
+
+from epochal_airflow.operators.checkpoint import EpochalOperator, run_clock
+
+
+class TriggerSavepointOperator(EpochalOperator):
+    template_fields: Sequence[str] = ("job_ref", "store_uri", "conn_id", "name", "savepoint_format")
+
+    def __init__(self, *, name: str, savepoint_format: str = "parquet", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.name, self.savepoint_format = name, savepoint_format
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from spark_jobs.runtime.cycle import abort_abandoned, take_savepoint
+
+        hook = self.hook()
+        store, job, clock = hook.get_store(), self.load(), run_clock(context)
+        abort_abandoned(job, store, clock, f"savepoint-{self.name}")
+        info = take_savepoint(job, hook.resolved_uri(), clock, self.name, fmt=self.savepoint_format)
+        return self.summary("savepoint", **info)
+
+
+class RestoreOperator(EpochalOperator):
+    template_fields: Sequence[str] = (
+        "job_ref",
+        "store_uri",
+        "conn_id",
+        "source",
+        "uid_map",
+        "parallelism",
+        "claim_mode",
+        "plan_only",
+        "allow_non_restored_state",
+    )
+
+    def __init__(
+        self,
+        *,
+        source: str = "latest",
+        uid_map: Any = "{}",
+        parallelism: Any = None,
+        claim_mode: str = "NO_CLAIM",
+        dry_run: Any = False,
+        allow_non_restored_state: Any = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(**kwargs)
+        self.source, self.uid_map, self.parallelism = source, uid_map, parallelism
+        self.claim_mode = claim_mode
+        self.plan_only = dry_run  # not ``dry_run``: BaseOperator has a method of that name
+        self.allow_non_restored_state = allow_non_restored_state
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from spark_jobs.restore import RestoreRequest, restore
+
+        uid_map = self.uid_map if isinstance(self.uid_map, dict) else json.loads(self.uid_map or "{}")
+        parallelism = int(self.parallelism) if self.parallelism not in (None, "", "None") else None
+        request = RestoreRequest(
+            source=str(self.source),
+            uid_map=uid_map,
+            claim_mode=str(self.claim_mode),
+            dry_run=str(self.plan_only).lower() == "true",
+            allow_non_restored_state=str(self.allow_non_restored_state).lower() == "true",
+        )
+        hook = self.hook()
+        hook.export_credentials()
+        report = restore(
+            self.load(),
+            hook.resolved_uri(),
+            run_clock(context),
+            request,
+            parallelism=parallelism,
+            request_id=context["run_id"],
+        )
+        self.log.info("epochal restore plan:\n%s", report.plan.render_table())
+        if not report.plan.ok:
+            raise AirflowException(f"restore refused: {report.plan.refusals[0]}")
+        return self.summary(
+            "restore", dry_run=request.dry_run, checkpoint_id=report.checkpoint_id, plan=report.plan.to_json()
+        )
+
+
+class BackfillOperator(EpochalOperator):
+    template_fields: Sequence[str] = (
+        "job_ref",
+        "store_uri",
+        "conn_id",
+        "savepoint",
+        "new_job_id",
+        "until_ms",
+        "epochs",
+    )
+
+    def __init__(
+        self, *, savepoint: str, new_job_id: str, until_ms: Any = None, epochs: Any = 10, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.savepoint, self.new_job_id, self.until_ms, self.epochs = savepoint, new_job_id, until_ms, epochs
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        from spark_jobs.backfill import backfill
+
+        hook = self.hook()
+        hook.export_credentials()
+        until = int(self.until_ms) if self.until_ms not in (None, "", "None") else None
+        report = backfill(
+            self.load(),
+            hook.resolved_uri(),
+            str(self.savepoint),
+            str(self.new_job_id),
+            until_ms=until,
+            epochs=int(self.epochs),
+        )
+        return self.summary("backfill", **report)
