@@ -195,20 +195,24 @@ class NotifyCheckpointCompleteOperator(EpochalOperator):
 
 
 class ValidateCheckpointOperator(EpochalOperator):
-    """Verify the completed checkpoint n: every file's size and SHA-256 (Great Expectations suites
-    join this step with the validation issue)."""
+    """Audit the completed checkpoint n: every file's size and SHA-256, then the Great Expectations
+    snapshot suite; a failing checkpoint is quarantined (never chosen by an automatic restore)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from state_store.core import CheckpointVerificationError, JobLayout, ManifestError, load_completed
+        from spark_jobs.checks import validate_checkpoint
+        from state_store.core import CheckpointVerificationError, ManifestError
 
-        job, n = self.load(), self.checkpoint_id(context)
+        job, n, store = self.load(), self.checkpoint_id(context), self.hook().get_store()
         try:
-            checkpoint = load_completed(self.hook().get_store(), JobLayout(job.job_id), n, deep=True)
+            result = validate_checkpoint(job, store, n, run_clock(context))
         except (CheckpointVerificationError, ManifestError) as exc:
             raise AirflowException(str(exc)) from None
-        return self.summary(
-            "validate", checkpoint_id=n, files=len(checkpoint.metadata.handles), status="verified"
-        )
+        self.log.info("epochal validation: %s", result.summary_line())
+        if not result.passed:
+            raise AirflowException(
+                f"checkpoint {n} failed validation and is quarantined: {result.summary_line()}"
+            )
+        return self.summary("validate", checkpoint_id=n, status="passed", checks=len(result.checks))
 
 
 class ApplyRetentionOperator(EpochalOperator):

@@ -1,0 +1,88 @@
+"""Validation of real checkpoints: a clean one passes; a deliberately corrupted one (a key moved to
+a wrong key group, with consistent checksums -- a buggy writer, not a torn file) fails, is
+quarantined, and the automatic restore takes the previous good checkpoint."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from spark_jobs.checks import validate_checkpoint
+from spark_jobs.runtime.cycle import coordinator_for
+from spark_jobs.runtime.state_io import STATE_FILES
+from state_store.core import JobLayout, documents, load_completed
+from state_store.core.codec import sha256_hex
+from state_store.core.keygroups import KeyGroupRange, key_group_of
+from state_store.core.manifests import CompletedMetadata, StateHandle, TaskSnapshot
+from state_store.core.state.snapshot import KeyedStateSnapshot
+from state_store.formats.keyed import decode_key_groups, encode_key_groups
+from state_store.storage import open_store
+from tests.unit.runtime.support import STEP_MS, cycle, new_clock, small_job
+
+
+def move_one_key_to_another_key_group(store, job_id: str, n: int, uid: str) -> None:  # type: ignore[no-untyped-def]
+    """Rewrite checkpoint n so that one entry of ``uid`` has a key of another key group, keeping
+    every size and SHA-256 consistent (the metadata document is re-encoded)."""
+    layout = JobLayout(job_id)
+    meta = load_completed(store, layout, n).metadata
+    tasks = list(meta.tasks)
+    index = next(i for i, t in enumerate(tasks) if t.task.uid == uid and t.snapshot[STATE_FILES])
+    task = tasks[index]
+    kg_text, entry = next(iter(task.snapshot[STATE_FILES].items()))
+    handle = entry.get("base", entry)
+    part = decode_key_groups(store.get(handle["key"]).data)
+    kg = int(kg_text)
+    name, rows = next(iter(part.key_groups[kg].items()))
+    stranger = next(
+        f"stranger-{i}" for i in range(10_000) if key_group_of(f"stranger-{i}", part.max_parallelism) != kg
+    )
+    forged_rows = (rows[0]._replace(key=stranger), *rows[1:])
+    moved = KeyedStateSnapshot(
+        part.max_parallelism,
+        KeyGroupRange(kg, kg),
+        part.kinds,
+        {kg: {**part.key_groups[kg], name: forged_rows}},
+    )
+    data = encode_key_groups(moved, "arrow")
+    key = layout.shared_file(uid, sha256_hex(data), "arrow")
+    store.put(key, data)
+    new_handle = {"key": key, "size": len(data), "sha256": sha256_hex(data)}
+    files = dict(task.snapshot[STATE_FILES])
+    files[kg_text] = new_handle
+    kept = tuple(h for h in task.handles if h.key != handle["key"])
+    handles = (*kept, StateHandle(key, len(data), new_handle["sha256"]))
+    tasks[index] = TaskSnapshot(
+        task.task, task.attempt, handles, task.metrics, {**task.snapshot, STATE_FILES: files}
+    )
+    forged = CompletedMetadata(
+        meta.checkpoint_id,
+        meta.job_id,
+        meta.generation,
+        meta.properties,
+        meta.trigger_ms,
+        meta.completed_ms,
+        tuple(tasks),
+        meta.positions,
+        meta.master_states,
+    )
+    store.put(layout.metadata(n), documents.encode(forged))
+
+
+def test_corrupted_checkpoint_is_quarantined_and_automatic_restore_skips_it(tmp_path: Path) -> None:
+    uri, job, clock = tmp_path.as_uri(), small_job(), new_clock()
+    for _ in range(3):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    store = open_store(uri)
+    assert validate_checkpoint(job, store, 2, clock).passed
+    move_one_key_to_another_key_group(store, job.job_id, 3, "dedup")
+    load_completed(store, JobLayout(job.job_id), 3, deep=True)  # the forgery passes every checksum
+    result = validate_checkpoint(job, store, 3, clock)
+    assert not result.passed
+    assert [c.name for c in result.failures] == ["key_groups_correct"]
+    latest = coordinator_for(job, store, clock).latest_completed()
+    assert latest is not None and latest.checkpoint_id == 2
+    clock.advance(STEP_MS)
+    report = cycle(job, uri, clock)
+    assert report.status == "completed"
+    pending = load_completed(store, JobLayout(job.job_id), report.checkpoint_id).metadata  # type: ignore[arg-type]
+    assert pending.positions["base"] == 2
