@@ -89,6 +89,21 @@ def watermarks(job: Job, snapshot: Snapshot) -> dict[str, int] | None:
     return {uid: low - lateness.get(uid, 0) for uid in snapshot.operators}
 
 
+def validate_snapshot_of(
+    job: Job, snapshot: Snapshot, previous: dict[str, int] | None = None
+) -> ValidationResult:
+    """The built-in suite (plus the job's per-operator expectations) over one snapshot."""
+    return validate_snapshot(
+        state_frame(snapshot),
+        max_parallelism=job.max_parallelism,
+        positions=snapshot.positions,
+        previous_positions=previous,
+        timers=timers_frame(snapshot),
+        watermark=watermarks(job, snapshot),
+        user_expectations=job.expectations or None,
+    )
+
+
 def validate_checkpoint(
     job: Job, store: ObjectStore, checkpoint_id: int, clock: Clock, *, quarantine: bool = True
 ) -> ValidationResult:
@@ -104,14 +119,7 @@ def validate_checkpoint(
         if not meta.properties.savepoint:
             previous = {k: int(v[1]) for k, v in meta.positions.get("ranges", {}).items()}
             break
-    result = validate_snapshot(
-        state_frame(snapshot),
-        max_parallelism=job.max_parallelism,
-        positions=snapshot.positions,
-        previous_positions=previous,
-        timers=timers_frame(snapshot),
-        watermark=watermarks(job, snapshot),
-    )
+    result = validate_snapshot_of(job, snapshot, previous)
     save_result(store, layout.checkpoint_dir(checkpoint_id) + "_validation.json", result)
     if not result.passed and quarantine:
         record = QuarantineRecord(checkpoint_id, result.summary_line(), clock.now_ms())

@@ -295,6 +295,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         claim_mode=args.claim_mode,
         allow_foreign=args.allow_foreign,
         dry_run=args.dry_run,
+        force=args.force,
     )
     clock = (
         _simulated_clock(open_store(args.store), job.job_id, 0)
@@ -424,6 +425,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--parallelism", type=int, default=None)
     rs.add_argument("--claim-mode", choices=["CLAIM", "NO_CLAIM"], default="NO_CLAIM")
     rs.add_argument("--allow-foreign", action="store_true", help="accept a snapshot of another job")
+    rs.add_argument("--force", action="store_true", help="restore even if the snapshot fails validation")
     rs.add_argument("--time-step-ms", type=int, default=None)
     rs.add_argument("--json", action="store_true")
     rs.set_defaults(func=_cmd_restore)

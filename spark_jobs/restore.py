@@ -232,5 +232,14 @@ def restore(
     if request.dry_run:
         return RestoreReport(plan)
     plan.raise_if_refused()
+    if not request.force:
+        from spark_jobs.checks import validate_snapshot_of
+
+        result = validate_snapshot_of(job, snapshot)
+        if not result.passed:
+            raise SnapshotError(
+                f"the snapshot at {snapshot.location} fails validation ({result.summary_line()}): "
+                "restore from another snapshot, or pass --force to restore it anyway"
+            )
     n = import_snapshot(job, store, clock, snapshot, request, request_id or f"restore-{clock.now_ms()}")
     return RestoreReport(plan, n)

@@ -15,7 +15,7 @@ and ``filter`` returns a boolean array for the batch. Per-record Python is the s
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -39,6 +39,8 @@ class Job:
     * ``parallelism`` -- subtasks per stage (each owns a contiguous range of key groups).
     * ``mode`` -- ``exactly_once`` (aligned), ``at_least_once`` or ``unaligned``.
     * ``max_records_per_epoch`` -- cap of records per source partition per epoch.
+    * ``expectations`` -- Great Expectations per operator uid (objects or ``{"type", "kwargs"}``
+      dicts), checked with the built-in snapshot suite on every validated checkpoint.
     * ``chunk_size`` -- records per Arrow batch read from a source (the unit of vectorized work,
       and of in-flight data in unaligned checkpoints, like Flink's network buffers).
     """
@@ -53,6 +55,7 @@ class Job:
     tolerable_failures: int = 3
     min_pause_ms: int = 0
     chunk_size: int = 65_536
+    expectations: dict[str, list[Any]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         validate_name("job id", self.job_id)

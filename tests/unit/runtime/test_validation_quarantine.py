@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from spark_jobs.checks import validate_checkpoint
 from spark_jobs.runtime.cycle import coordinator_for
 from spark_jobs.runtime.state_io import STATE_FILES
@@ -86,3 +88,35 @@ def test_corrupted_checkpoint_is_quarantined_and_automatic_restore_skips_it(tmp_
     assert report.status == "completed"
     pending = load_completed(store, JobLayout(job.job_id), report.checkpoint_id).metadata  # type: ignore[arg-type]
     assert pending.positions["base"] == 2
+
+
+def test_restore_refuses_a_snapshot_that_fails_validation_unless_forced(tmp_path: Path) -> None:
+    from spark_jobs.restore import RestoreRequest, restore
+    from spark_jobs.snapshots import SnapshotError
+
+    uri, job, clock = tmp_path.as_uri(), small_job(), new_clock()
+    for _ in range(3):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    store = open_store(uri)
+    move_one_key_to_another_key_group(store, job.job_id, 3, "dedup")
+    with pytest.raises(SnapshotError, match=r"fails validation.*--force"):
+        restore(job, uri, clock, RestoreRequest(source="3"))
+    assert restore(job, uri, clock, RestoreRequest(source="3", force=True)).checkpoint_id is not None
+
+
+def test_user_expectations_per_operator_are_checked(tmp_path: Path) -> None:
+    uri, clock = tmp_path.as_uri(), new_clock()
+    job = small_job()
+    job.expectations = {
+        "dedup": [
+            {
+                "type": "expect_column_values_to_be_in_set",
+                "kwargs": {"column": "state", "value_set": ["not-seen"]},
+            }
+        ]
+    }
+    clock.advance(STEP_MS)
+    cycle(job, uri, clock)
+    result = validate_checkpoint(job, open_store(uri), 1, clock, quarantine=False)
+    assert [c.name for c in result.failures] == ["user:dedup:expect_column_values_to_be_in_set(state)"]
