@@ -165,6 +165,10 @@ def _kinds(step: Step) -> dict[str, str]:
     return {}
 
 
+#: A source's state in a snapshot: its positions (and watermark state) per partition.
+SOURCE_STATE = {"positions": "operator_list"}
+
+
 def job_shape(job: Job) -> JobShape:
     operators = []
     for stage in job.graph.stages():
@@ -173,7 +177,7 @@ def job_shape(job: Job) -> JobShape:
             if not step.uid:
                 continue
             if step.kind == "source":
-                operators.append(OperatorShape(step.uid, True, False, width))
+                operators.append(OperatorShape(step.uid, True, False, width, SOURCE_STATE))
             elif step.kind == "sink":
                 operators.append(OperatorShape(step.uid, False, False, width))
             else:
@@ -187,7 +191,8 @@ def snapshot_shape(snapshot: Snapshot) -> SnapshotShape:
         for uid, op in sorted(snapshot.operators.items())
     ]
     operators += [
-        OperatorShape(uid, True, False, len(entries)) for uid, entries in sorted(snapshot.sources.items())
+        OperatorShape(uid, True, False, len(entries), SOURCE_STATE)
+        for uid, entries in sorted(snapshot.sources.items())
     ]
     return SnapshotShape(
         snapshot.job_id,

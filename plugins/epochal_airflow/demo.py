@@ -3,14 +3,18 @@
 
 1. a fresh AIRFLOW_HOME under ``.demo/`` and ``airflow db migrate``;
 2. epochs 1..N of ``epochal_clickstream``, one DAG run each (logical date = the epoch's end);
-3. the run of epoch 3 is killed inside ``run_epoch`` after its acks (``EPOCHAL_FAULT=after_ack``,
+3. the run of epoch 2 is killed inside ``run_epoch`` after its acks (``EPOCHAL_FAULT=after_ack``,
    the worker process dies); the next run aborts the dead run's checkpoint and recovers;
-4. the checkpoint history and the latest committed window counts are printed.
+4. ``epochal_savepoint`` takes savepoint ``demo``; ``epochal_restore`` restores the job from it
+   (its plan is printed) and one more epoch runs from the restored state -- every epoch's
+   ``validate`` task checks the checkpoint with Great Expectations;
+5. the checkpoint history and the latest committed window counts are printed.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -32,9 +36,9 @@ def logical_date(epoch: int) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--dir", default=str(ROOT / ".demo"))
-    parser.add_argument("--epochs", type=int, default=5)
+    parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--executor", choices=["spark", "local"], default="spark")
-    parser.add_argument("--fail-epoch", type=int, default=3)
+    parser.add_argument("--fail-epoch", type=int, default=2)
     args = parser.parse_args(argv)
     base = Path(args.dir)
     shutil.rmtree(base, ignore_errors=True)
@@ -83,6 +87,40 @@ def main(argv: list[str] | None = None) -> int:
             print("  -> injected: the worker died after the acks of this epoch; the next run recovers")
         else:
             epoch += 1
+
+    def manual(dag_id: str, conf: str) -> str:
+        result = subprocess.run(
+            [airflow, "dags", "test", dag_id, logical_date(args.epochs), "-c", conf],
+            env=env,
+            capture_output=True,
+            text=True,
+        )
+        output = result.stdout + result.stderr
+        (base / f"{dag_id}.log").write_text(output)
+        state = "ok" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
+        print(f"\nDAG run {dag_id} {conf}: {state}  log: {base / (dag_id + '.log')}")
+        return output
+
+    manual("epochal_savepoint", '{"name": "demo"}')
+    location = f"{store_uri}/clickstream/savepoints/demo"
+    print(f"  savepoint written to {location} (Parquet + JSON manifest, readable without Epochal)")
+    logs = manual("epochal_restore", json.dumps({"source": location, "dry_run": False}))
+    plan = logs.split("epochal restore plan:", 1)[-1].split("[airflow", 1)[0].strip().splitlines()
+    print("  restore plan:\n    " + "\n    ".join(line for line in plan[:8]))
+    result = subprocess.run(
+        [airflow, "dags", "test", "epochal_clickstream", logical_date(args.epochs + 1)],
+        env=env,
+        capture_output=True,
+        text=True,
+    )
+    print(
+        f"\nDAG run (epoch {args.epochs + 1}, from the restored state): "
+        f"{'ok' if result.returncode == 0 else 'FAILED'}"
+    )
+    for line in (result.stdout + result.stderr).splitlines():
+        if "] epochal " in f"] {line}" and " [airflow.task" in line:
+            print("  " + line.split("epochal ", 1)[1].split(" [airflow")[0])
+
     from spark_jobs.cli import format_history
     from spark_jobs.sinks import read_committed
     from state_store.core import checkpoint_history
