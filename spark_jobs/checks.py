@@ -9,11 +9,14 @@ the checkpoint (``chk-n/_validation.json``) and, when it fails, quarantines the 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
 
 from spark_jobs.api.job import Job
+from spark_jobs.runtime.cycle import sink_specs
+from spark_jobs.sinks import read_committed
 from spark_jobs.snapshots import Snapshot, from_checkpoint
 from state_store.core import documents
 from state_store.core.completed import completed_ids, load_completed
@@ -22,7 +25,7 @@ from state_store.core.layout import JobLayout
 from state_store.core.manifests import QuarantineRecord
 from state_store.core.ports import Clock, ObjectStore
 from state_store.formats.json_codec import key_to_json
-from state_store.validation import ValidationResult, save_result, validate_snapshot
+from state_store.validation import ValidationResult, save_result, validate_sink_output, validate_snapshot
 
 
 def state_frame(snapshot: Snapshot) -> pd.DataFrame:
@@ -120,6 +123,14 @@ def validate_checkpoint(
             previous = {k: int(v[1]) for k, v in meta.positions.get("ranges", {}).items()}
             break
     result = validate_snapshot_of(job, snapshot, previous)
+    checks = list(result.checks)
+    for uid, spec in sink_specs(job).items():
+        key = tuple(getattr(spec, "unique_key", ()))
+        if key:
+            frame = read_committed(store, job.job_id, uid, up_to=checkpoint_id).to_pandas()
+            sink = validate_sink_output(frame, list(key), suite_name=f"sink {uid}")
+            checks.extend(replace(c, name=f"sink:{uid}:{c.name}") for c in sink.checks)
+    result = ValidationResult.of("checkpoint", checks)
     save_result(store, layout.checkpoint_dir(checkpoint_id) + "_validation.json", result)
     if not result.passed and quarantine:
         record = QuarantineRecord(checkpoint_id, result.summary_line(), clock.now_ms())

@@ -106,6 +106,6 @@ def build_job(
             Aggregates(Count(), Sum("value"), Max("user_total")),
             uid="page-counts",
         )
-        .sink(ParquetSink(), uid="page-counts-sink")
+        .sink(ParquetSink(unique_key=("page", "window_start")), uid="page-counts-sink")
     )
     return job

@@ -120,3 +120,31 @@ def test_user_expectations_per_operator_are_checked(tmp_path: Path) -> None:
     cycle(job, uri, clock)
     result = validate_checkpoint(job, open_store(uri), 1, clock, quarantine=False)
     assert [c.name for c in result.failures] == ["user:dedup:expect_column_values_to_be_in_set(state)"]
+
+
+def test_sink_output_validation_catches_the_duplicates_of_at_least_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_jobs.runtime.cycle import run_cycle
+    from state_store.testing import SimulatedCrash, kill_switch_from_env
+
+    uri, clock = tmp_path.as_uri(), new_clock()
+    job = small_job(mode="at_least_once")
+    last = None
+    for epoch in range(5):
+        clock.advance(STEP_MS)
+        if epoch == 2:
+            monkeypatch.setenv("EPOCHAL_FAULT", "before_decision@3")
+            with pytest.raises(SimulatedCrash):
+                run_cycle(job, uri, clock, kill=kill_switch_from_env())
+            monkeypatch.delenv("EPOCHAL_FAULT")
+        last = cycle(job, uri, clock).checkpoint_id
+    assert last is not None
+    result = validate_checkpoint(job, open_store(uri), last, clock, quarantine=False)
+    assert [c.name for c in result.failures] == ["sink:page-counts-sink:keys_unique"]
+    clean = small_job()
+    clean_uri, clean_clock = (tmp_path / "clean").as_uri(), new_clock()
+    for _ in range(5):
+        clean_clock.advance(STEP_MS)
+        last = cycle(clean, clean_uri, clean_clock).checkpoint_id
+    assert validate_checkpoint(clean, open_store(clean_uri), last, clean_clock).passed  # type: ignore[arg-type]
