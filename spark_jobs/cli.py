@@ -216,7 +216,9 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
         if args.time_step_ms is not None
         else SystemClock()
     )
-    info = take_savepoint(job, args.store, clock, args.name, fmt=args.format, executor=args.executor)
+    info = take_savepoint(
+        job, args.store, clock, args.name, fmt=args.format, executor=args.executor, stop=args.stop
+    )
     print(json.dumps(info) if args.json else f"savepoint {info['name']} written to {info['location']}")
     return 0
 
@@ -404,6 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--store", required=True)
     sp.add_argument("--name", required=True)
     sp.add_argument("--format", choices=["parquet", "arrow"], default="parquet")
+    sp.add_argument("--stop", action="store_true", help="stop-with-savepoint: no epochs until a restore")
     sp.add_argument("--executor", choices=["spark", "local"], default="local")
     sp.add_argument("--time-step-ms", type=int, default=None, help="simulated time (as for run)")
     sp.add_argument("--json", action="store_true")

@@ -25,7 +25,7 @@ from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
 from spark_jobs.api.windows import EventTimeSessionWindows
 from spark_jobs.runtime import plan as topo
-from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs
+from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs, stopped_marker
 from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
 from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
 from state_store.core.codec import canonical_json, sha256_hex
@@ -135,6 +135,7 @@ def import_snapshot(
             f"importing the snapshot as checkpoint {n} failed: {result.status} {result.message}"
         )
     job_record = coordinator.bump_generation(restored_from=n)
+    store.delete(stopped_marker(job.job_id))  # a stopped job resumes after a restore
     for uid, spec in sink_specs(job).items():
         spec.create(store, job.job_id, uid).fence(job_record.generation)
     if (

@@ -90,12 +90,16 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
         {
             "name": Param("manual", type="string", pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$"),
             "format": Param("parquet", type="string", enum=["parquet", "arrow"]),
+            "stop": Param(
+                False, type="boolean", description="stop-with-savepoint: no epochs until a restore"
+            ),
         },
     ) as savepoint:
         TriggerSavepointOperator(
             task_id="trigger_savepoint",
             name="{{ params.name }}",
             savepoint_format="{{ params.format }}",
+            stop="{{ params.stop }}",
             **common,
         )
     with manual(

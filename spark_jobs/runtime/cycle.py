@@ -14,6 +14,7 @@ these, nothing else):
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -79,6 +80,24 @@ def expected_tasks(job: Job) -> list[TaskId]:
     return tasks
 
 
+class JobStoppedError(RuntimeError):
+    """The job was stopped with a savepoint; epochs resume only after a restore."""
+
+
+def stopped_marker(job_id: str) -> str:
+    return f"{job_id}/_stopped.json"
+
+
+def ensure_running(job: Job, store: ObjectStore) -> None:
+    raw = store.head(stopped_marker(job.job_id))
+    if raw is not None:
+        info = json.loads(store.get(stopped_marker(job.job_id)).data)
+        raise JobStoppedError(
+            f"job {job.job_id} was stopped with savepoint {info.get('savepoint')!r}: restore from "
+            f"{info.get('location')} (or another snapshot) to resume"
+        )
+
+
 def abort_abandoned(job: Job, store: ObjectStore, clock: Clock, request_id: str) -> list[int]:
     """Abort the undecided checkpoints of other requests (earlier runs that died: with one active
     run per job, nobody else can still be working on them) -- Flink's abort on failover."""
@@ -108,6 +127,8 @@ def trigger_epoch(
     kill: KillSwitch = NO_KILL,
 ) -> PendingRecord | None:
     """Step 1 (see module docstring). Returns None when no source has new input (and not forced)."""
+    if not savepoint:
+        ensure_running(job, store)
     coordinator = coordinator_for(job, store, clock, kill)
     notify_epoch_complete(job, store, clock, None, kill=kill)  # recover_and_commit after a crash
     for checkpoint_id in coordinator.undecided_ids():
@@ -290,6 +311,10 @@ def run_cycle(
     coordinator = coordinator_for(job, store, clock, kill)
     if not request_id:
         coordinator.failover()
+    try:
+        ensure_running(job, store)
+    except JobStoppedError as exc:
+        return CycleReport(None, "stopped", reason=str(exc))
     pending = trigger_epoch(job, store, clock, request_id=request_id, force=drain or force, kill=kill)
     if pending is None:
         return CycleReport(None, "skipped", reason="no new input")
@@ -312,10 +337,12 @@ def take_savepoint(
     executor: Executor = "local",
     spark: Any = None,
     request_id: str = "",
+    stop: bool = False,
 ) -> dict[str, Any]:
     """Trigger a savepoint (forced, always aligned, at the latest checkpoint's positions), run its
     epoch, complete it, and write it self-contained to ``<root>/<job>/savepoints/<name>/``.
-    Savepoints never move LATEST and are never deleted by retention."""
+    Savepoints never move LATEST and are never deleted by retention. ``stop``: stop-with-savepoint
+    -- no epoch runs after it until the job is restored (from this savepoint or another snapshot)."""
     from spark_jobs.snapshots import _from_metadata, savepoint_location, savepoint_store, write_savepoint
 
     store = open_store(store_uri)
@@ -335,7 +362,11 @@ def take_savepoint(
     )
     location = savepoint_location(store_uri, job.job_id, name)
     body = write_savepoint(snapshot, savepoint_store(location), name, fmt=fmt, created_ms=clock.now_ms())
+    if stop:
+        marker = {"format_version": 1, "savepoint": name, "location": location, "stopped_ms": clock.now_ms()}
+        store.put(stopped_marker(job.job_id), json.dumps(marker).encode())
     return {
+        "stopped": stop,
         "name": name,
         "location": location,
         "checkpoint_id": pending.checkpoint_id,

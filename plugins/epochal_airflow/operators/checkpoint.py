@@ -89,10 +89,15 @@ class TriggerCheckpointOperator(EpochalOperator):
     """Abort checkpoints of dead earlier runs, then trigger checkpoint n (skips when no new input)."""
 
     def execute(self, context: Any) -> dict[str, Any]:
-        from spark_jobs.runtime.cycle import abort_abandoned, trigger_epoch
+        from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, ensure_running, trigger_epoch
 
         job, store, clock = self.load(), self.hook().get_store(), run_clock(context)
         run_id = context["run_id"]
+        try:
+            ensure_running(job, store)
+        except JobStoppedError as exc:
+            self.summary("trigger_checkpoint", status="stopped")
+            raise AirflowSkipException(str(exc)) from None
         aborted = abort_abandoned(job, store, clock, run_id)
         pending = trigger_epoch(job, store, clock, request_id=run_id)
         if pending is None:

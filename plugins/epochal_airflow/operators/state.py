@@ -16,11 +16,13 @@ from epochal_airflow.operators.checkpoint import EpochalOperator, run_clock
 
 
 class TriggerSavepointOperator(EpochalOperator):
-    template_fields: Sequence[str] = ("job_ref", "store_uri", "conn_id", "name", "savepoint_format")
+    template_fields: Sequence[str] = ("job_ref", "store_uri", "conn_id", "name", "savepoint_format", "stop")
 
-    def __init__(self, *, name: str, savepoint_format: str = "parquet", **kwargs: Any) -> None:
+    def __init__(
+        self, *, name: str, savepoint_format: str = "parquet", stop: Any = False, **kwargs: Any
+    ) -> None:
         super().__init__(**kwargs)
-        self.name, self.savepoint_format = name, savepoint_format
+        self.name, self.savepoint_format, self.stop = name, savepoint_format, stop
 
     def execute(self, context: Any) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import abort_abandoned, take_savepoint
@@ -28,7 +30,10 @@ class TriggerSavepointOperator(EpochalOperator):
         hook = self.hook()
         store, job, clock = hook.get_store(), self.load(), run_clock(context)
         abort_abandoned(job, store, clock, f"savepoint-{self.name}")
-        info = take_savepoint(job, hook.resolved_uri(), clock, self.name, fmt=self.savepoint_format)
+        stop = str(self.stop).lower() == "true"
+        info = take_savepoint(
+            job, hook.resolved_uri(), clock, self.name, fmt=self.savepoint_format, stop=stop
+        )
         return self.summary("savepoint", **info)
 
 

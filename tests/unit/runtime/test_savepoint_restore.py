@@ -182,3 +182,15 @@ def test_no_claim_restore_pins_the_checkpoint_and_claim_does_not(tmp_path: Path)
         assert kept == (mode == "NO_CLAIM"), mode
         if kept:
             load_completed(store, JobLayout("clickstream"), 1, deep=True)
+
+
+def test_stop_with_savepoint_halts_epochs_until_a_restore(tmp_path: Path) -> None:
+    uri = (tmp_path / "stop").as_uri()
+    job, clock = small_job(), new_clock()
+    run_epochs(job, uri, clock, 2)
+    info = take_savepoint(job, uri, clock, "final", stop=True)
+    clock.advance(STEP_MS)
+    report = cycle(job, uri, clock)
+    assert report.status == "stopped" and "final" in report.reason and "restore" in report.reason
+    restore(job, uri, clock, RestoreRequest(source=info["location"]))
+    assert cycle(job, uri, clock).status == "completed"
