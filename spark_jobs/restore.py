@@ -28,7 +28,7 @@ from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs, stopped_marker
 from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
 from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
-from state_store.core.codec import canonical_json, sha256_hex
+from state_store.core.codec import canonical_json
 from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import AckRecord, StateHandle, TaskId
@@ -70,20 +70,12 @@ def load_snapshot(job: Job, store: ObjectStore, store_uri: str, source: str, clo
     return read_savepoint(source)
 
 
-def _upload(store: ObjectStore, layout: JobLayout, uid: str, data: bytes) -> StateHandle:
-    digest = sha256_hex(data)
-    key = layout.shared_file(uid, digest, "arrow")
-    if store.head(key) is None:
-        store.put_if_absent(key, data)
-    return StateHandle(key, len(data), digest)
-
-
 def import_snapshot(
     job: Job, store: ObjectStore, clock: Clock, snapshot: Snapshot, request: RestoreRequest, request_id: str
 ) -> int:
     """Steps 3-5 of the module docstring; returns the id of the imported checkpoint."""
-    layout = JobLayout(job.job_id)
     coordinator = coordinator_for(job, store, clock)
+    responder = TaskCheckpointResponder(store, job.job_id)
     coordinator.failover()
     renamed = {request.uid_map.get(uid, uid): op for uid, op in snapshot.operators.items()}
     ranges = {k: [end, end] for k, end in snapshot.positions.items()}
@@ -111,7 +103,8 @@ def import_snapshot(
                     for kg in owned:
                         part = op.keyed.part(KeyGroupRange(kg, kg))
                         if part.key_groups:
-                            handle = _upload(store, layout, step.uid, encode_key_groups(part, "arrow"))
+                            data = encode_key_groups(part, "arrow")
+                            handle = responder.upload_shared(step.uid, data, "arrow")
                             files[str(kg)] = {"key": handle.key, "size": handle.size, "sha256": handle.sha256}
                             written.append(handle)
                 timers = {kg: doms for kg, doms in op.timers.items() if kg in owned}
@@ -126,7 +119,6 @@ def import_snapshot(
     )
     n = pending.checkpoint_id
     attempt = coordinator.start_attempt(n).attempt
-    responder = TaskCheckpointResponder(store, job.job_id)
     for task, handles, snap in acks:
         responder.acknowledge(AckRecord(n, task, pending.generation, attempt, handles, snapshot=snap))
     result = coordinator.complete(n)
