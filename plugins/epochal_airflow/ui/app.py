@@ -1,0 +1,257 @@
+"""The FastAPI app of the Checkpoints view (mounted under :data:`URL_PREFIX` by the plugin).
+
+Routes (all require an authenticated Airflow user, exactly like the rest of the Airflow UI: a JWT in
+``Authorization: Bearer`` or the UI's session cookie; Airflow's own ``requires_authenticated``):
+
+* ``GET /checkpoints`` -- HTML: the jobs; ``/checkpoints/{job}`` -- overview, summary, charts, one page of
+  history, configuration; ``/checkpoints/{job}/{id}`` -- one checkpoint per operator and subtask.
+* ``GET /api/jobs``, ``/api/jobs/{job}``, ``/api/jobs/{job}/checkpoints``,
+  ``/api/jobs/{job}/checkpoints/{id}``, ``/api/jobs/{job}/configuration`` -- the same data as JSON
+  (OpenAPI document at ``/openapi.json``, docs at ``/docs``).
+
+Bad input (a job id that is not a safe name, an unknown checkpoint, a bad page) is a 400/404 whose
+``detail`` is one line naming the value and the remedy. The app never writes to storage.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import Annotated, Any
+from urllib.parse import quote, urlencode
+
+from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+
+from epochal_airflow.ui import schemas
+from state_store.core.layout import InvalidNameError, validate_name
+from state_store.core.ports import ObjectStore, StoreError
+from state_store.monitoring import STATUSES, CheckpointStats, JobStats, MonitoringError
+from state_store.monitoring import html as render
+
+URL_PREFIX = "/epochal"
+API_TITLE = "Epochal checkpoints"
+
+JobId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]
+CheckpointId = Annotated[int, Path(ge=1, le=9_999_999_999)]
+Offset = Annotated[int, Query(ge=0, le=10_000_000)]
+Limit = Annotated[int, Query(ge=1, le=500)]
+Status = Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")]
+
+
+def dag_id_for(job_id: str) -> str:
+    return "epochal_" + job_id.replace("-", "_")
+
+
+class JobDirectory:
+    """Which jobs the view lists and their declared checkpoint configuration (from the Epochal
+    settings: ``EPOCHAL_JOBS`` job references, plus ``EPOCHAL_MONITOR_JOBS`` plain job ids)."""
+
+    def __init__(self, refs: tuple[str, ...] = (), extra_ids: tuple[str, ...] = ()) -> None:
+        self.refs, self.extra_ids = refs, extra_ids
+        self._loaded: dict[str, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+
+    def declared(self) -> dict[str, dict[str, Any]]:
+        with self._lock:
+            if self._loaded is None:
+                self._loaded = {}
+                for ref in self.refs:
+                    try:
+                        from spark_jobs.jobs.loading import load_job
+
+                        job = load_job(ref)
+                    except Exception:  # a job module that does not import is listed nowhere
+                        continue
+                    self._loaded[job.job_id] = {
+                        "mode": job.mode,
+                        "parallelism": job.parallelism,
+                        "max_parallelism": job.max_parallelism,
+                        **asdict(job.checkpoint_config()),
+                    }
+                for job_id in self.extra_ids:
+                    self._loaded.setdefault(job_id, {})
+            return self._loaded
+
+    def job_ids(self) -> list[str]:
+        return sorted(self.declared())
+
+
+def _checked(job_id: str) -> str:
+    try:
+        return validate_name("job id", job_id)
+    except InvalidNameError as exc:
+        raise HTTPException(400, str(exc)) from None
+
+
+def create_app(
+    store_factory: Callable[[], ObjectStore],
+    directory: JobDirectory | None = None,
+    *,
+    max_age_ms: int = 2000,
+    auth: Any = None,
+) -> FastAPI:
+    """Build the app. ``store_factory`` is called once, on the first request (no I/O at import);
+    ``auth`` is the app-wide dependency (default: Airflow's ``requires_authenticated``)."""
+    if auth is None:
+        from airflow.api_fastapi.core_api.security import requires_authenticated
+
+        auth = requires_authenticated()
+    directory = directory or JobDirectory()
+    app = FastAPI(
+        title=API_TITLE,
+        version="1",
+        description="Checkpoint statistics of Epochal jobs, rebuilt from each job's storage root.",
+        dependencies=[Depends(auth)],
+        responses={400: {"model": schemas.Error}, 404: {"model": schemas.Error}},
+    )
+    state: dict[str, CheckpointStats] = {}
+    lock = threading.Lock()
+
+    def service() -> CheckpointStats:
+        with lock:
+            if "stats" not in state:
+                state["stats"] = CheckpointStats(store_factory(), max_age_ms=max_age_ms)
+            return state["stats"]
+
+    def job_stats(job_id: str) -> JobStats:
+        return service().stats(_checked(job_id))
+
+    @app.exception_handler(MonitoringError)
+    async def _bad_request(request: Request, exc: MonitoringError) -> JSONResponse:
+        code = 404 if "not in storage" in str(exc) else 400
+        return JSONResponse({"detail": str(exc)}, status_code=code)
+
+    @app.exception_handler(StoreError)
+    async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
+        return JSONResponse({"detail": f"the job's storage could not be read: {exc}"}, status_code=503)
+
+    def base(request: Request) -> str:
+        return str(request.scope.get("root_path", "")).rstrip("/")
+
+    def links(request: Request, job_id: str, limit: int) -> render.Links:
+        root = base(request)
+        dag_id = dag_id_for(job_id)
+
+        def page(offset: int, status: str | None) -> str:
+            query = {"offset": offset, "limit": limit, **({"status": status} if status else {})}
+            return f"{root}/checkpoints/{quote(job_id)}?{urlencode(query)}"
+
+        return render.Links(
+            run=lambda run_id: f"/dags/{quote(dag_id)}/runs/{quote(run_id, safe='')}",
+            detail=lambda n: f"{root}/checkpoints/{quote(job_id)}/{n}",
+            page=page,
+            back=f"{root}/checkpoints/{quote(job_id)}",
+        )
+
+    def configuration(stats: JobStats) -> dict[str, Any]:
+        declared = directory.declared().get(stats.job_id, {})
+        return {**stats.configuration, **{f"declared.{k}": v for k, v in declared.items()}}
+
+    # -- HTML --------------------------------------------------------------------------------
+    @app.get("/checkpoints", response_class=HTMLResponse, include_in_schema=False)
+    def index(request: Request) -> str:
+        items = "".join(
+            f'<li><a href="{base(request)}/checkpoints/{quote(j)}">{render._e(j)}</a></li>'
+            for j in directory.job_ids()
+        )
+        return render._page(
+            "Epochal checkpoints",
+            "<h1>Epochal checkpoints</h1>"
+            + (f"<ul>{items}</ul>" if items else "<p>No jobs configured (EPOCHAL_JOBS).</p>"),
+        )
+
+    @app.get("/checkpoints/{job_id}", response_class=HTMLResponse, include_in_schema=False)
+    def job_page(
+        request: Request, job_id: JobId, offset: Offset = 0, limit: Limit = 50, status: Status = None
+    ) -> str:
+        stats = job_stats(job_id)
+        nav = f'<nav><a href="{base(request)}/checkpoints">all jobs</a></nav>'
+        return render.job_page(
+            stats,
+            offset=offset,
+            limit=limit,
+            status=status,
+            links=links(request, job_id, limit),
+            configuration=configuration(stats),
+            nav=nav,
+        )
+
+    @app.get("/checkpoints/{job_id}/{checkpoint_id}", response_class=HTMLResponse, include_in_schema=False)
+    def detail_page(request: Request, job_id: JobId, checkpoint_id: CheckpointId) -> str:
+        detail = service().detail(_checked(job_id), checkpoint_id)
+        return render.detail_page(detail, links=links(request, job_id, 50))
+
+    # -- JSON --------------------------------------------------------------------------------
+    @app.get("/api/jobs", response_model=schemas.Jobs)
+    def api_jobs() -> dict[str, Any]:
+        """The configured jobs."""
+        return {"jobs": directory.job_ids()}
+
+    @app.get("/api/jobs/{job_id}", response_model=schemas.JobOverview)
+    def api_overview(job_id: JobId) -> dict[str, Any]:
+        """Counts, latest completed/savepoint/failure/restore, and summary statistics."""
+        stats = job_stats(job_id)
+        return {
+            "overview": stats.overview.to_json(),
+            "summary": stats.summaries_json(),
+            "dag_id": dag_id_for(job_id),
+        }
+
+    @app.get("/api/jobs/{job_id}/checkpoints", response_model=schemas.CheckpointPage)
+    def api_checkpoints(
+        job_id: JobId, offset: Offset = 0, limit: Limit = 50, status: Status = None
+    ) -> dict[str, Any]:
+        """One page of the history, newest first."""
+        stats = job_stats(job_id)
+        rows = stats.page(offset=offset, limit=limit, status=status)
+        return {
+            "job_id": job_id,
+            "total": stats.count(status),
+            "offset": offset,
+            "limit": limit,
+            "status": status,
+            "checkpoints": [r.to_json() for r in rows],
+        }
+
+    @app.get("/api/jobs/{job_id}/checkpoints/{checkpoint_id}", response_model=schemas.CheckpointDetail)
+    def api_checkpoint(job_id: JobId, checkpoint_id: CheckpointId) -> dict[str, Any]:
+        """One checkpoint per operator and subtask."""
+        return service().detail(_checked(job_id), checkpoint_id).to_json()
+
+    @app.get("/api/jobs/{job_id}/configuration", response_model=schemas.Configuration)
+    def api_configuration(job_id: JobId) -> dict[str, Any]:
+        """The job's checkpointing configuration: from storage, and as declared by the job."""
+        stats = job_stats(job_id)
+        return {
+            "job_id": job_id,
+            "storage": stats.configuration,
+            "declared": directory.declared().get(job_id, {}),
+        }
+
+    return app
+
+
+def app_from_settings() -> FastAPI:
+    """The app as the plugin mounts it: store and jobs from the Epochal settings (environment)."""
+    import os
+
+    from epochal_airflow.config import EpochalSettings
+
+    def store() -> ObjectStore:
+        from epochal_airflow.hooks.store import EpochalStoreHook
+
+        settings = EpochalSettings.from_env()
+        return EpochalStoreHook(settings.store_uri, settings.conn_id).get_store()
+
+    def directory() -> JobDirectory:
+        refs = tuple(j.strip() for j in os.environ.get("EPOCHAL_JOBS", "").split(",") if j.strip())
+        if not refs:
+            from spark_jobs.examples import EXAMPLES
+
+            refs = tuple(sorted(EXAMPLES))
+        extra = tuple(j.strip() for j in os.environ.get("EPOCHAL_MONITOR_JOBS", "").split(",") if j.strip())
+        return JobDirectory(refs, extra)
+
+    return create_app(store, directory())

@@ -1,0 +1,25 @@
+"""Airflow plugin (Airflow >= 3.1 style, no Flask-AppBuilder): the Epochal Checkpoints view.
+
+Registers the FastAPI app of :mod:`epochal_airflow.ui` under ``/epochal`` and a "Checkpoints" entry
+in the Airflow UI's navigation (an external view: the page is shown inside the UI). Importing this
+module does no I/O: the store is opened on the first request.
+"""
+
+from __future__ import annotations
+
+from airflow.plugins_manager import AirflowPlugin
+from epochal_airflow.ui.app import URL_PREFIX, app_from_settings
+
+
+class EpochalCheckpointsPlugin(AirflowPlugin):
+    name = "epochal_checkpoints"
+    fastapi_apps = [{"app": app_from_settings(), "url_prefix": URL_PREFIX, "name": "Epochal checkpoints"}]
+    external_views = [
+        {
+            "name": "Checkpoints",
+            "href": f"{URL_PREFIX}/checkpoints",
+            "destination": "nav",
+            "category": "browse",
+            "url_route": "epochal-checkpoints",
+        }
+    ]

@@ -1,0 +1,259 @@
+"""The checkpoint statistics model (Flink's web UI checkpoint tab), as plain values.
+
+Everything here is computed from protocol documents already read from storage; nothing is kept
+anywhere else, so the numbers are the same after a scheduler restart, a new Airflow database or a
+move to another Airflow. Invariants:
+
+* ``CheckpointRow.status`` is one of :data:`STATUSES`; a row is ``completed`` iff its checkpoint has a
+  ``_metadata.json`` (the commit point), ``failed`` iff its decision is ABORT, ``in_progress`` iff no
+  decision exists, ``completing`` iff it was decided COMPLETE but ``_metadata.json`` is not written yet.
+* ``Overview`` counts add up: ``triggered == in_progress + completing + completed + failed + unreadable``
+  over the checkpoints still in storage (retention removes old ones; ``highest_id`` is the id
+  high-water mark, which retention never removes).
+* ``SummaryStats`` uses nearest-rank percentiles over completed checkpoints only: ``p50``/``p99`` are
+  values that occurred, and ``min <= p50 <= p99 <= max``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("completed", "failed", "in_progress", "completing", "unreadable")
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointRow:
+    """One line of the history table.
+
+    ``state_size``: bytes of every state file the checkpoint references (checkpointed size).
+    ``incremental_size``: bytes uploaded by this checkpoint (the acks' ``bytes_written``; a reused
+    incremental file costs nothing). ``alignment_ms``: the longest barrier alignment a subtask
+    reported (None when no subtask reports ``alignment_ms``). ``run_id``: the Airflow DAG run that
+    triggered the checkpoint (the trigger's ``request_id``), "" when triggered outside Airflow.
+    ``validation``: ``passed``, ``failed``, ``quarantined`` or ``not_run``.
+    """
+
+    checkpoint_id: int
+    status: str
+    trigger_ms: int
+    end_ms: int | None
+    acked: int
+    expected: int
+    state_size: int
+    incremental_size: int
+    alignment_ms: int | None
+    savepoint: bool
+    generation: int
+    run_id: str
+    validation: str
+    validation_detail: str = ""
+    reason: str = ""
+    restored_from: str = ""
+
+    @property
+    def duration_ms(self) -> int | None:
+        """End-to-end duration: trigger to completion (or to the abort decision)."""
+        return None if self.end_ms is None else self.end_ms - self.trigger_ms
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint_id": self.checkpoint_id,
+            "status": self.status,
+            "trigger_ms": self.trigger_ms,
+            "end_ms": self.end_ms,
+            "duration_ms": self.duration_ms,
+            "acked": self.acked,
+            "expected": self.expected,
+            "state_size": self.state_size,
+            "incremental_size": self.incremental_size,
+            "alignment_ms": self.alignment_ms,
+            "savepoint": self.savepoint,
+            "generation": self.generation,
+            "run_id": self.run_id,
+            "validation": self.validation,
+            "validation_detail": self.validation_detail,
+            "reason": self.reason,
+            "restored_from": self.restored_from,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryStats:
+    """min/avg/p50/p99/max of one quantity over ``count`` values (all None when count is 0)."""
+
+    count: int
+    min: float | None
+    avg: float | None
+    p50: float | None
+    p99: float | None
+    max: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {k: getattr(self, k) for k in ("count", "min", "avg", "p50", "p99", "max")}
+
+
+def percentile(ordered: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of an ascending, non-empty sequence (0 < p <= 100)."""
+    if not ordered:
+        raise ValueError("percentile of no values is undefined: pass at least one value")
+    if not 0 < p <= 100:
+        raise ValueError(f"percentile p={p} is invalid: use 0 < p <= 100")
+    rank = max(1, math.ceil(p / 100 * len(ordered)))
+    return ordered[rank - 1]
+
+
+def summarize(values: Sequence[float]) -> SummaryStats:
+    if not values:
+        return SummaryStats(0, None, None, None, None, None)
+    ordered = sorted(values)
+    return SummaryStats(
+        count=len(ordered),
+        min=ordered[0],
+        avg=sum(ordered) / len(ordered),
+        p50=percentile(ordered, 50),
+        p99=percentile(ordered, 99),
+        max=ordered[-1],
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """Counts and the latest notable checkpoints of one job (see the module invariants)."""
+
+    job_id: str
+    triggered: int
+    in_progress: int
+    completing: int
+    completed: int
+    failed: int
+    unreadable: int
+    restored: int
+    highest_id: int
+    generation: int
+    latest_completed: CheckpointRow | None
+    latest_savepoint: CheckpointRow | None
+    latest_failure: CheckpointRow | None
+    latest_restore: CheckpointRow | None
+
+    def to_json(self) -> dict[str, Any]:
+        def row(r: CheckpointRow | None) -> dict[str, Any] | None:
+            return None if r is None else r.to_json()
+
+        return {
+            "job_id": self.job_id,
+            "counts": {
+                "triggered": self.triggered,
+                "in_progress": self.in_progress,
+                "completing": self.completing,
+                "completed": self.completed,
+                "failed": self.failed,
+                "unreadable": self.unreadable,
+                "restored": self.restored,
+            },
+            "highest_id": self.highest_id,
+            "generation": self.generation,
+            "latest_completed": row(self.latest_completed),
+            "latest_savepoint": row(self.latest_savepoint),
+            "latest_failure": row(self.latest_failure),
+            "latest_restore": row(self.latest_restore),
+        }
+
+
+def build_overview(job_id: str, rows: Sequence[CheckpointRow], generation: int) -> Overview:
+    """Counts and latest entries of ``rows`` (ascending by id)."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for r in rows:
+        counts[r.status] += 1
+
+    def latest(pred: Any) -> CheckpointRow | None:
+        return next((r for r in reversed(rows) if pred(r)), None)
+
+    return Overview(
+        job_id=job_id,
+        triggered=len(rows),
+        in_progress=counts["in_progress"],
+        completing=counts["completing"],
+        completed=counts["completed"],
+        failed=counts["failed"],
+        unreadable=counts["unreadable"],
+        restored=sum(1 for r in rows if r.restored_from),
+        highest_id=rows[-1].checkpoint_id if rows else 0,
+        generation=generation,
+        latest_completed=latest(lambda r: r.status == "completed" and not r.savepoint),
+        latest_savepoint=latest(lambda r: r.status == "completed" and r.savepoint),
+        latest_failure=latest(lambda r: r.status == "failed"),
+        latest_restore=latest(lambda r: bool(r.restored_from)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SubtaskDetail:
+    """One acknowledgement (or missing/declined one) of one operator subtask."""
+
+    subtask: int
+    status: str  # acked | declined | pending
+    attempt: int
+    state_size: int
+    bytes_written: int
+    files: int
+    metrics: dict[str, Any] = field(default_factory=dict)
+    reason: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "subtask": self.subtask,
+            "status": self.status,
+            "attempt": self.attempt,
+            "state_size": self.state_size,
+            "bytes_written": self.bytes_written,
+            "files": self.files,
+            "metrics": dict(self.metrics),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class OperatorDetail:
+    uid: str
+    subtasks: tuple[SubtaskDetail, ...]
+
+    @property
+    def acked(self) -> int:
+        return sum(1 for s in self.subtasks if s.status == "acked")
+
+    @property
+    def state_size(self) -> int:
+        return sum(s.state_size for s in self.subtasks)
+
+    @property
+    def bytes_written(self) -> int:
+        return sum(s.bytes_written for s in self.subtasks)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "uid": self.uid,
+            "acked": self.acked,
+            "expected": len(self.subtasks),
+            "state_size": self.state_size,
+            "bytes_written": self.bytes_written,
+            "subtasks": [s.to_json() for s in self.subtasks],
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointDetail:
+    row: CheckpointRow
+    attempt: int
+    operators: tuple[OperatorDetail, ...]
+    positions: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "checkpoint": self.row.to_json(),
+            "attempt": self.attempt,
+            "operators": [o.to_json() for o in self.operators],
+            "positions": self.positions,
+        }

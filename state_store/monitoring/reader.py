@@ -1,0 +1,449 @@
+"""Checkpoint statistics of a job, read from its storage root and cached.
+
+One scan = one listing of ``<job>/checkpoints/`` (keys and versions only) plus reads of the few
+documents of checkpoints that are new or changed since the previous scan:
+
+1. list the checkpoint folders; for each id build a *token* from the versions of its top-level
+   documents (``_pending``, ``_decision``, ``_metadata``, ``_validation``, ``_quarantined``) and its
+   ack/attempt count;
+2. reuse the cached row of every id whose token is unchanged (a decided checkpoint is immutable
+   except for its validation result, which is part of the token), read the others (in parallel);
+3. the job's statistics (overview, summaries) are recomputed only when the fingerprint of all tokens
+   and of ``_job.json`` changed; within ``max_age_ms`` of the last scan no listing is done at all.
+
+Invariant: a cached answer equals a cold scan of the same storage (the cache is only keyed by what
+the listing shows; tests compare both). Nothing is ever written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from state_store.core import documents
+from state_store.core.codec import ManifestError
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import (
+    AckRecord,
+    CompletedMetadata,
+    DecisionRecord,
+    DeclineRecord,
+    JobRecord,
+    LatestPointer,
+    Outcome,
+    PendingRecord,
+    QuarantineRecord,
+    TaskSnapshot,
+)
+from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.monitoring.model import (
+    STATUSES,
+    CheckpointDetail,
+    CheckpointRow,
+    OperatorDetail,
+    Overview,
+    SubtaskDetail,
+    SummaryStats,
+    build_overview,
+    summarize,
+)
+
+_DOCS = ("_pending.json", "_decision.json", "_metadata.json", "_validation.json", "_quarantined.json")
+_MAX_PAGE = 500
+
+
+class MonitoringError(ValueError):
+    """A bad request to the statistics service (unknown checkpoint, bad page or filter)."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Listed:
+    """What the listing says about one checkpoint folder (no document read)."""
+
+    docs: dict[str, str] = field(default_factory=dict)  # name -> version
+    acks: dict[int, int] = field(default_factory=dict)  # attempt -> ack count
+    attempts: int = 0
+
+    def token(self) -> str:
+        parts = [f"{k}={v}" for k, v in sorted(self.docs.items())]
+        parts += [f"a{a}={n}" for a, n in sorted(self.acks.items())] + [f"t={self.attempts}"]
+        return "|".join(parts)
+
+
+@dataclass(frozen=True, slots=True)
+class JobStats:
+    """The statistics of one job at one fingerprint of its storage."""
+
+    job_id: str
+    fingerprint: str
+    rows: tuple[CheckpointRow, ...]  # ascending by id
+    overview: Overview
+    duration: SummaryStats
+    state_size: SummaryStats
+    incremental_size: SummaryStats
+    configuration: dict[str, Any]
+    scanned_ms: float
+    documents_read: int
+
+    def page(self, *, offset: int = 0, limit: int = 50, status: str | None = None) -> list[CheckpointRow]:
+        """Newest first; ``status`` filters by :data:`STATUSES`."""
+        if offset < 0:
+            raise MonitoringError(f"offset={offset} is invalid: use 0 or more")
+        if not 1 <= limit <= _MAX_PAGE:
+            raise MonitoringError(f"limit={limit} is invalid: use 1..{_MAX_PAGE}")
+        if status is not None and status not in STATUSES:
+            raise MonitoringError(f"status {status!r} is unknown: use one of {', '.join(STATUSES)}")
+        if status is None:
+            end = len(self.rows) - offset
+            return list(reversed(self.rows[max(0, end - limit) : max(0, end)]))
+        matching = [r for r in reversed(self.rows) if r.status == status]
+        return matching[offset : offset + limit]
+
+    def count(self, status: str | None = None) -> int:
+        return len(self.rows) if status is None else sum(1 for r in self.rows if r.status == status)
+
+    def summaries_json(self) -> dict[str, Any]:
+        return {
+            "duration_ms": self.duration.to_json(),
+            "state_size": self.state_size.to_json(),
+            "incremental_size": self.incremental_size.to_json(),
+        }
+
+
+class CheckpointStats:
+    """Statistics service over one ObjectStore; thread-safe; caches up to ``max_jobs`` jobs."""
+
+    def __init__(
+        self,
+        store: ObjectStore,
+        *,
+        max_age_ms: int = 2000,
+        workers: int = 8,
+        max_jobs: int = 32,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if max_age_ms < 0:
+            raise MonitoringError(f"max_age_ms={max_age_ms} is invalid: use 0 or more")
+        self.store = store
+        self.max_age_ms = max_age_ms
+        self.workers = max(1, workers)
+        self.max_jobs = max(1, max_jobs)
+        self._monotonic = monotonic
+        self._lock = threading.Lock()
+        self._rows: dict[str, dict[int, tuple[str, CheckpointRow]]] = {}
+        self._jobs: OrderedDict[str, tuple[float, JobStats]] = OrderedDict()
+
+    # -- public ----------------------------------------------------------------------------
+    def stats(self, job_id: str) -> JobStats:
+        """The job's statistics; a fresh scan unless the last one is younger than ``max_age_ms``."""
+        layout = JobLayout(job_id)
+        with self._lock:
+            cached = self._jobs.get(job_id)
+            now = self._monotonic()
+            if cached is not None and (now - cached[0]) * 1000 < self.max_age_ms:
+                self._jobs.move_to_end(job_id)
+                return cached[1]
+            result = self._scan(layout, cached[1] if cached else None)
+            self._jobs[job_id] = (self._monotonic(), result)
+            self._jobs.move_to_end(job_id)
+            while len(self._jobs) > self.max_jobs:
+                evicted, _ = self._jobs.popitem(last=False)
+                self._rows.pop(evicted, None)
+            return result
+
+    def detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetail:
+        """Per-operator and per-subtask detail of one checkpoint (always read fresh)."""
+        layout = JobLayout(job_id)
+        if checkpoint_id < 1 or checkpoint_id >= 10**10:
+            raise MonitoringError(f"checkpoint id {checkpoint_id} is invalid: use 1..9999999999")
+        row = next((r for r in self.stats(job_id).rows if r.checkpoint_id == checkpoint_id), None)
+        if row is None:
+            raise MonitoringError(
+                f"checkpoint {checkpoint_id} of job {job_id} is not in storage: it was never triggered or "
+                "retention removed it; see the history for the checkpoints there are"
+            )
+        return _detail(self.store, layout, row)
+
+    # -- scanning --------------------------------------------------------------------------
+    def _scan(self, layout: JobLayout, previous: JobStats | None) -> JobStats:
+        started = time.perf_counter()
+        listed = _list_checkpoints(self.store, layout)
+        job_info = self.store.head(layout.job_record)
+        latest_info = self.store.head(layout.latest)
+        digest = hashlib.sha256()
+        for checkpoint_id, item in listed.items():
+            digest.update(f"{checkpoint_id}:{item.token()}\n".encode())
+        digest.update(f"job={job_info.version if job_info else ''}".encode())
+        digest.update(f"latest={latest_info.version if latest_info else ''}".encode())
+        fingerprint = digest.hexdigest()
+        if previous is not None and previous.fingerprint == fingerprint:
+            return previous
+        cache = self._rows.setdefault(layout.job_id, {})
+        todo = [
+            i
+            for i, item in listed.items()
+            if "_pending.json" in item.docs and (i not in cache or cache[i][0] != item.token())
+        ]
+        reads = 0
+        if todo:
+            with ThreadPoolExecutor(max_workers=min(self.workers, len(todo))) as pool:
+                built = list(pool.map(lambda i: _row(self.store, layout, i, listed[i]), todo))
+            for i, (row, n) in zip(todo, built):
+                cache[i] = (listed[i].token(), row)
+                reads += n
+        for gone in set(cache) - {i for i, item in listed.items() if "_pending.json" in item.docs}:
+            del cache[gone]
+        rows = tuple(cache[i][1] for i in sorted(cache))
+        job, config, n = _configuration(self.store, layout, rows)
+        reads += n
+        done = [r for r in rows if r.status == "completed"]
+        return JobStats(
+            job_id=layout.job_id,
+            fingerprint=fingerprint,
+            rows=rows,
+            overview=build_overview(layout.job_id, rows, job.generation if job else 0),
+            duration=summarize([r.duration_ms for r in done if r.duration_ms is not None]),
+            state_size=summarize([r.state_size for r in done]),
+            incremental_size=summarize([r.incremental_size for r in done]),
+            configuration=config,
+            scanned_ms=(time.perf_counter() - started) * 1000,
+            documents_read=reads,
+        )
+
+
+def _list_checkpoints(store: ObjectStore, layout: JobLayout) -> dict[int, _Listed]:
+    out: dict[int, _Listed] = {}
+    prefix = layout.checkpoints_prefix
+    for info in store.list(prefix):
+        rest = info.key[len(prefix) :]
+        folder, _, name = rest.partition("/")
+        if not folder.startswith("chk-") or not folder[4:].isdigit():
+            continue
+        checkpoint_id = int(folder[4:])
+        item = out.get(checkpoint_id)
+        if item is None:
+            item = out[checkpoint_id] = _Listed()
+        if name in _DOCS:
+            item.docs[name] = info.version
+        elif name.startswith("acks/") and "-a" in name:
+            attempt = name.rsplit("-a", 1)[1].removesuffix(".json")
+            if attempt.isdigit():
+                item.acks[int(attempt)] = item.acks.get(int(attempt), 0) + 1
+        elif name.startswith("attempts/"):
+            out[checkpoint_id] = _Listed(item.docs, item.acks, item.attempts + 1)
+    return dict(sorted(out.items()))
+
+
+def _incremental(layout: JobLayout, task: TaskSnapshot) -> int:
+    """Bytes this task uploaded for the checkpoint: its ``bytes_written`` metric, else the size of
+    the files it references outside ``shared/`` (those are exclusive to this checkpoint)."""
+    written = task.metrics.get("bytes_written")
+    if isinstance(written, int) and not isinstance(written, bool):
+        return written
+    return sum(h.size for h in task.handles if not h.key.startswith(layout.shared_prefix))
+
+
+def _alignment(metrics: Sequence[dict[str, Any]]) -> int | None:
+    values = [int(m["alignment_ms"]) for m in metrics if isinstance(m.get("alignment_ms"), int | float)]
+    return max(values) if values else None
+
+
+def _validation(
+    store: ObjectStore, layout: JobLayout, checkpoint_id: int, item: _Listed
+) -> tuple[str, str, int]:
+    """(validation, detail, documents read) from ``_quarantined.json`` / ``_validation.json``."""
+    base = layout.checkpoint_dir(checkpoint_id)
+    if "_quarantined.json" in item.docs:
+        try:
+            record = documents.read(store, base + "_quarantined.json", QuarantineRecord)
+            return "quarantined", record.message, 1
+        except (ManifestError, ObjectNotFound) as exc:
+            return "quarantined", str(exc), 1
+    if "_validation.json" in item.docs:
+        from state_store.validation.result import load_result
+
+        try:
+            result = load_result(store, base + "_validation.json")
+        except (ManifestError, ObjectNotFound) as exc:
+            return "failed", f"unreadable validation result: {exc}", 1
+        return ("passed" if result.passed else "failed"), result.summary_line(), 1
+    return "not_run", "", 0
+
+
+def _row(
+    store: ObjectStore, layout: JobLayout, checkpoint_id: int, item: _Listed
+) -> tuple[CheckpointRow, int]:
+    """Build one history row; returns the row and how many documents were read."""
+    reads = 1
+    try:
+        pending = documents.read(store, layout.pending(checkpoint_id), PendingRecord)
+        meta = decision = None
+        if "_metadata.json" in item.docs:
+            meta = documents.read(store, layout.metadata(checkpoint_id), CompletedMetadata)
+            reads += 1
+        elif "_decision.json" in item.docs:
+            decision = documents.read(store, layout.decision(checkpoint_id), DecisionRecord)
+            reads += 1
+    except (ManifestError, ObjectNotFound) as exc:
+        row = CheckpointRow(
+            checkpoint_id, "unreadable", 0, None, 0, 0, 0, 0, None, False, 0, "", "not_run", reason=str(exc)
+        )
+        return row, reads
+    validation, detail, n = _validation(store, layout, checkpoint_id, item)
+    reads += n
+    restored = str(pending.positions.get("restored_from") or "")
+    expected = len(pending.expected)
+    common: dict[str, Any] = {
+        "checkpoint_id": checkpoint_id,
+        "trigger_ms": pending.trigger_ms,
+        "expected": expected,
+        "savepoint": pending.properties.savepoint,
+        "generation": pending.generation,
+        "run_id": pending.request_id,
+        "validation": validation,
+        "validation_detail": detail,
+        "restored_from": restored,
+    }
+    if meta is not None:
+        return (
+            CheckpointRow(
+                status="completed",
+                end_ms=meta.completed_ms,
+                acked=len(meta.tasks),
+                state_size=meta.state_size,
+                incremental_size=sum(_incremental(layout, t) for t in meta.tasks),
+                alignment_ms=_alignment([t.metrics for t in meta.tasks]),
+                **common,
+            ),
+            reads,
+        )
+    acked = min(item.acks.get(max(item.acks, default=0), 0), expected)
+    if decision is not None and decision.outcome is Outcome.ABORT:
+        return (
+            CheckpointRow(
+                status="failed",
+                end_ms=decision.decided_ms,
+                acked=acked,
+                state_size=0,
+                incremental_size=0,
+                alignment_ms=None,
+                reason=f"{decision.reason}: {decision.message}".rstrip(": "),
+                **common,
+            ),
+            reads,
+        )
+    status = "completing" if decision is not None else "in_progress"
+    row = CheckpointRow(
+        status=status, end_ms=None, acked=acked, state_size=0, incremental_size=0, alignment_ms=None, **common
+    )
+    return row, reads
+
+
+def _configuration(
+    store: ObjectStore, layout: JobLayout, rows: Sequence[CheckpointRow]
+) -> tuple[JobRecord | None, dict[str, Any], int]:
+    """What storage says about the job's checkpointing: its record, LATEST, the newest trigger."""
+    reads = 0
+    config: dict[str, Any] = {"job_id": layout.job_id}
+    job: JobRecord | None = None
+    try:
+        job = documents.read_optional(store, layout.job_record, JobRecord)
+        reads += 1
+    except ManifestError as exc:
+        config["job_record_error"] = str(exc)
+    if job is not None:
+        config.update(
+            generation=job.generation,
+            max_parallelism=job.max_parallelism,
+            created_ms=job.created_ms,
+            restored_from_checkpoint=job.restored_from,
+        )
+    try:
+        pointer = documents.read_optional(store, layout.latest, LatestPointer)
+        reads += 1
+        config["latest_pointer"] = pointer.checkpoint_id if pointer else None
+    except ManifestError as exc:
+        config["latest_pointer"] = f"unreadable: {exc}"
+    newest = next((r for r in reversed(rows) if r.status != "unreadable" and not r.savepoint), None)
+    if newest is not None:
+        pending = documents.read(store, layout.pending(newest.checkpoint_id), PendingRecord)
+        reads += 1
+        config.update(
+            timeout_ms=pending.deadline_ms - pending.trigger_ms,
+            expected_acks=len(pending.expected),
+            operators=sorted({t.uid for t in pending.expected}),
+            mode_properties={
+                "forced": pending.properties.forced,
+                "retention": pending.properties.retention.value,
+                "discard_on_subsumed": pending.properties.discard_on_subsumed,
+            },
+        )
+    config["checkpoints_in_storage"] = len(rows)
+    return job, config, reads
+
+
+def _detail(store: ObjectStore, layout: JobLayout, row: CheckpointRow) -> CheckpointDetail:
+    pending = documents.read(store, layout.pending(row.checkpoint_id), PendingRecord)
+    by_uid: dict[str, dict[int, SubtaskDetail]] = {}
+    for task in pending.expected:
+        by_uid.setdefault(task.uid, {})[task.subtask] = SubtaskDetail(task.subtask, "pending", 0, 0, 0, 0)
+    attempt = 0
+    meta = documents.read_optional(store, layout.metadata(row.checkpoint_id), CompletedMetadata)
+    if meta is not None:
+        for t in meta.tasks:
+            attempt = max(attempt, t.attempt)
+            by_uid.setdefault(t.task.uid, {})[t.task.subtask] = _subtask(layout, t.task.subtask, t.attempt, t)
+    else:
+        attempts = [
+            int(i.key.rsplit("/", 1)[1].split(".")[0])
+            for i in store.list(layout.attempts_prefix(row.checkpoint_id))
+        ]
+        attempt = max(attempts, default=0)
+        for info in store.list(layout.acks_prefix(row.checkpoint_id)):
+            try:
+                ack = documents.read(store, info.key, AckRecord)
+            except (ManifestError, ObjectNotFound):
+                continue
+            if ack.attempt == attempt and ack.generation == pending.generation:
+                snap = TaskSnapshot(ack.task, ack.attempt, ack.handles, ack.metrics, ack.snapshot)
+                by_uid.setdefault(ack.task.uid, {})[ack.task.subtask] = _subtask(
+                    layout, ack.task.subtask, ack.attempt, snap
+                )
+        for info in store.list(layout.declines_prefix(row.checkpoint_id)):
+            try:
+                decline = documents.read(store, info.key, DeclineRecord)
+            except (ManifestError, ObjectNotFound):
+                continue
+            if decline.attempt == attempt:
+                by_uid.setdefault(decline.task.uid, {})[decline.task.subtask] = SubtaskDetail(
+                    decline.task.subtask,
+                    "declined",
+                    decline.attempt,
+                    0,
+                    0,
+                    0,
+                    reason=f"{decline.reason}: {decline.message}".rstrip(": "),
+                )
+    operators = tuple(
+        OperatorDetail(uid, tuple(subtasks[s] for s in sorted(subtasks)))
+        for uid, subtasks in sorted(by_uid.items())
+    )
+    return CheckpointDetail(row, attempt, operators, dict(pending.positions))
+
+
+def _subtask(layout: JobLayout, subtask: int, attempt: int, task: TaskSnapshot) -> SubtaskDetail:
+    return SubtaskDetail(
+        subtask=subtask,
+        status="acked",
+        attempt=attempt,
+        state_size=sum(h.size for h in task.handles),
+        bytes_written=_incremental(layout, task),
+        files=len(task.handles),
+        metrics=dict(task.metrics),
+    )

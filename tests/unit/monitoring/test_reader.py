@@ -1,0 +1,114 @@
+"""The statistics equal what the manifests say, and the cache never changes an answer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.runtime.cycle import run_cycle
+from state_store.core import JobLayout, documents, load_completed
+from state_store.core.manifests import PendingRecord
+from state_store.monitoring import CheckpointStats, MonitoringError
+from state_store.storage import open_store
+from tests.unit.monitoring.support import JOB_ID, STEP_MS, Made, TickingClock, make_history, small_job
+
+
+def test_rows_match_the_manifests(history: Made) -> None:
+    store = open_store(history.uri)
+    stats = CheckpointStats(store, max_age_ms=0).stats(JOB_ID)
+    layout = JobLayout(JOB_ID)
+    by_id = {r.checkpoint_id: r for r in stats.rows}
+    retained = [i for i in history.completed if i in by_id]
+    assert retained, "retention keeps at least the newest completed checkpoints"
+    for i in retained:
+        meta = load_completed(store, layout, i).metadata
+        pending = documents.read(store, layout.pending(i), PendingRecord)
+        r = by_id[i]
+        assert r.status == "completed"
+        assert r.duration_ms == meta.completed_ms - meta.trigger_ms > 0
+        assert r.state_size == meta.state_size > 0
+        assert r.acked == r.expected == len(pending.expected)
+        assert r.incremental_size == sum(
+            int(t.metrics.get("bytes_written", 0)) for t in meta.tasks if "bytes_written" in t.metrics
+        ) + sum(
+            h.size
+            for t in meta.tasks
+            if "bytes_written" not in t.metrics
+            for h in t.handles
+            if not h.key.startswith(layout.shared_prefix)
+        )
+        assert r.run_id == pending.request_id == f"run-{history.completed.index(i)}"
+    assert by_id[history.completed[-1]].validation == "passed"
+    failed = by_id[history.failed]
+    assert failed.status == "failed" and failed.reason == "MANUALLY_ABORTED: by the test"
+    assert by_id[history.in_progress].status == "in_progress" and by_id[history.in_progress].end_ms is None
+    o = stats.overview
+    assert (o.failed, o.in_progress) == (1, 1)
+    assert o.completed == len(retained)
+    assert o.latest_completed is not None and o.latest_completed.checkpoint_id == history.completed[-1]
+    assert o.latest_failure is not None and o.latest_failure.checkpoint_id == history.failed
+    durations = sorted(by_id[i].duration_ms or 0 for i in retained)
+    assert stats.duration.min == durations[0] and stats.duration.max == durations[-1]
+    assert stats.duration.avg == pytest.approx(sum(durations) / len(durations))
+    assert stats.configuration["latest_pointer"] == history.completed[-1]
+    assert stats.configuration["timeout_ms"] > 0
+
+
+def test_page_is_newest_first_and_filters_by_status(history: Made) -> None:
+    stats = CheckpointStats(open_store(history.uri), max_age_ms=0).stats(JOB_ID)
+    ids = [r.checkpoint_id for r in stats.rows]
+    assert [r.checkpoint_id for r in stats.page(limit=2)] == ids[::-1][:2]
+    assert [r.checkpoint_id for r in stats.page(offset=2, limit=2)] == ids[::-1][2:4]
+    assert [r.checkpoint_id for r in stats.page(status="failed")] == [history.failed]
+    assert stats.page(offset=10_000) == []
+    with pytest.raises(MonitoringError, match="status 'bogus' is unknown: use one of completed"):
+        stats.page(status="bogus")
+    with pytest.raises(MonitoringError, match="limit=0 is invalid"):
+        stats.page(limit=0)
+
+
+def test_detail_lists_every_expected_subtask(history: Made) -> None:
+    service = CheckpointStats(open_store(history.uri), max_age_ms=0)
+    detail = service.detail(JOB_ID, history.completed[-1])
+    total = sum(len(op.subtasks) for op in detail.operators)
+    assert total == detail.row.expected
+    assert all(s.status == "acked" for op in detail.operators for s in op.subtasks)
+    assert sum(op.state_size for op in detail.operators) == detail.row.state_size
+    pending = service.detail(JOB_ID, history.in_progress)
+    assert {s.status for op in pending.operators for s in op.subtasks} == {"pending"}
+    with pytest.raises(MonitoringError, match="checkpoint 999 of job monitored is not in storage"):
+        service.detail(JOB_ID, 999)
+
+
+def test_cache_reads_only_new_checkpoints_and_equals_a_cold_scan(tmp_path: Path) -> None:
+    made = make_history(tmp_path, epochs=2)
+    store = open_store(made.uri)
+    service = CheckpointStats(store, max_age_ms=0)
+    first = service.stats(JOB_ID)
+    assert first.documents_read > 0
+    again = service.stats(JOB_ID)
+    assert again is first  # nothing changed: the listing fingerprint is the same
+    # finish the in-flight checkpoint's successor: abort it, run one more epoch
+    job, clock = small_job(), TickingClock(first.rows[-1].trigger_ms + 5 * STEP_MS)
+    run_cycle(job, made.uri, clock, executor="local")  # no request id: aborts the in-flight one (failover)
+    warm = service.stats(JOB_ID)
+    cold = CheckpointStats(open_store(made.uri), max_age_ms=0).stats(JOB_ID)
+    assert warm.rows == cold.rows and warm.overview == cold.overview and warm.duration == cold.duration
+    assert warm.documents_read < cold.documents_read
+    assert warm.rows[-1].status == "completed"
+
+
+def test_max_age_skips_the_listing_until_it_expires(history: Made) -> None:
+    now = [0.0]
+    service = CheckpointStats(open_store(history.uri), max_age_ms=1000, monotonic=lambda: now[0])
+    a = service.stats(JOB_ID)
+    now[0] = 0.5
+    assert service.stats(JOB_ID) is a
+    now[0] = 2.0
+    assert service.stats(JOB_ID).fingerprint == a.fingerprint
+
+
+def test_a_job_id_that_is_not_a_safe_name_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"job id .\.\./x. is invalid"):
+        CheckpointStats(open_store("memory://m")).stats("../x")
