@@ -177,6 +177,19 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_report(args: argparse.Namespace) -> int:
+    from spark_jobs.report import write_report
+
+    store = open_store(args.store)
+    r = write_report(store, args.job, args.out, limit=args.limit, airflow_url=args.airflow_url)
+    print(
+        json.dumps({"path": str(r.path), "checkpoints": r.checkpoints, "rows": r.rows_shown})
+        if args.json
+        else f"wrote the checkpoint report of job {args.job} ({r.rows_shown} of {r.checkpoints}) to {r.path}"
+    )
+    return 0
+
+
 def _cmd_retention(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
@@ -393,6 +406,13 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("b", nargs="?", help="diff: checkpoint id or savepoint location")
     chk.add_argument("--max-parallelism", type=int, default=128)
     chk.set_defaults(func=_cmd_checkpoints)
+
+    rep = sub.add_parser("report", help="write a self-contained HTML page of a job's checkpoints")
+    common(rep)
+    rep.add_argument("--out", required=True, help="the .html file to write")
+    rep.add_argument("--limit", type=int, default=1000, help="history rows, newest first")
+    rep.add_argument("--airflow-url", default=None, help="link DAG runs to this Airflow UI")
+    rep.set_defaults(func=_cmd_report)
 
     ret = sub.add_parser("retention", help="apply the retention policy")
     common(ret)
