@@ -163,6 +163,9 @@ class CompleteCheckpointOperator(EpochalOperator):
         result = complete_epoch(
             job, self.hook().get_store(), run_clock(context), n, kill=kill_switch_from_env()
         )
+        from epochal_airflow.metrics import emit_checkpoint_metrics
+
+        emit_checkpoint_metrics(self.hook().get_store(), job.job_id, n)  # never raises
         if result.status == "aborted":
             reason = result.reason.name if result.reason else "UNKNOWN"
             self.summary("complete_checkpoint", checkpoint_id=n, status="aborted", reason=reason)
