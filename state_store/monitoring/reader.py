@@ -9,7 +9,9 @@ documents of checkpoints that are new or changed since the previous scan:
 2. reuse the cached row of every id whose token is unchanged (a decided checkpoint is immutable
    except for its validation result, which is part of the token), read the others (in parallel);
 3. the job's statistics (overview, summaries) are recomputed only when the fingerprint of all tokens
-   and of ``_job.json`` changed; within ``max_age_ms`` of the last scan no listing is done at all.
+   and of ``_job.json`` changed; within ``max_age_ms`` of the last scan no listing is done at all,
+   and after it a request gets the cached answer while a background refresh re-lists (a long
+   history costs seconds to list on any store; a page load must not wait for it).
 
 Invariant: a cached answer equals a cold scan of the same storage (the cache is only keyed by what
 the listing shows; tests compare both). Nothing is ever written.
@@ -136,38 +138,71 @@ class CheckpointStats:
         self.max_jobs = max(1, max_jobs)
         self._monotonic = monotonic
         self._lock = threading.Lock()
+        self._scan_lock = threading.Lock()
+        self._refreshing: set[str] = set()
         self._rows: dict[str, dict[int, tuple[str, CheckpointRow]]] = {}
         self._jobs: OrderedDict[str, tuple[float, JobStats]] = OrderedDict()
 
     # -- public ----------------------------------------------------------------------------
-    def stats(self, job_id: str) -> JobStats:
-        """The job's statistics; a fresh scan unless the last one is younger than ``max_age_ms``."""
+    def stats(self, job_id: str, *, wait: bool = False) -> JobStats:
+        """The job's statistics.
+
+        * no cached answer, ``max_age_ms == 0`` or ``wait``: scan now and return the fresh answer;
+        * cached and younger than ``max_age_ms``: return it (no listing at all);
+        * cached but older: return it at once and refresh in the background (one refresh per job at
+          a time), so a page load never waits for a full listing of a long history.
+        """
         layout = JobLayout(job_id)
         with self._lock:
             cached = self._jobs.get(job_id)
-            now = self._monotonic()
-            if cached is not None and (now - cached[0]) * 1000 < self.max_age_ms:
-                self._jobs.move_to_end(job_id)
-                return cached[1]
+        if cached is not None and not wait and self.max_age_ms > 0:
+            if (self._monotonic() - cached[0]) * 1000 >= self.max_age_ms:
+                self._refresh_in_background(layout)
+            return cached[1]
+        return self._refresh(layout)
+
+    def _refresh(self, layout: JobLayout) -> JobStats:
+        with self._scan_lock:
+            with self._lock:
+                cached = self._jobs.get(layout.job_id)
             result = self._scan(layout, cached[1] if cached else None)
-            self._jobs[job_id] = (self._monotonic(), result)
-            self._jobs.move_to_end(job_id)
-            while len(self._jobs) > self.max_jobs:
-                evicted, _ = self._jobs.popitem(last=False)
-                self._rows.pop(evicted, None)
+            with self._lock:
+                self._jobs[layout.job_id] = (self._monotonic(), result)
+                self._jobs.move_to_end(layout.job_id)
+                while len(self._jobs) > self.max_jobs:
+                    evicted, _ = self._jobs.popitem(last=False)
+                    self._rows.pop(evicted, None)
             return result
+
+    def _refresh_in_background(self, layout: JobLayout) -> None:
+        with self._lock:
+            if layout.job_id in self._refreshing:
+                return
+            self._refreshing.add(layout.job_id)
+
+        def run() -> None:
+            try:
+                self._refresh(layout)
+            except Exception:  # the next request retries (and a synchronous one reports the error)
+                pass
+            finally:
+                with self._lock:
+                    self._refreshing.discard(layout.job_id)
+
+        threading.Thread(target=run, name=f"epochal-stats-{layout.job_id}", daemon=True).start()
 
     def detail(self, job_id: str, checkpoint_id: int) -> CheckpointDetail:
         """Per-operator and per-subtask detail of one checkpoint (always read fresh)."""
         layout = JobLayout(job_id)
         if checkpoint_id < 1 or checkpoint_id >= 10**10:
             raise MonitoringError(f"checkpoint id {checkpoint_id} is invalid: use 1..9999999999")
-        row = next((r for r in self.stats(job_id).rows if r.checkpoint_id == checkpoint_id), None)
-        if row is None:
+        item = _list_checkpoints(self.store, layout, layout.checkpoint_dir(checkpoint_id)).get(checkpoint_id)
+        if item is None or "_pending.json" not in item.docs:
             raise MonitoringError(
                 f"checkpoint {checkpoint_id} of job {job_id} is not in storage: it was never triggered or "
                 "retention removed it; see the history for the checkpoints there are"
             )
+        row, _ = _row(self.store, layout, checkpoint_id, item)
         return _detail(self.store, layout, row)
 
     # -- scanning --------------------------------------------------------------------------
@@ -217,10 +252,11 @@ class CheckpointStats:
         )
 
 
-def _list_checkpoints(store: ObjectStore, layout: JobLayout) -> dict[int, _Listed]:
+def _list_checkpoints(store: ObjectStore, layout: JobLayout, within: str | None = None) -> dict[int, _Listed]:
+    """What the listing of ``checkpoints/`` (or of one folder ``within`` it) says, by checkpoint id."""
     out: dict[int, _Listed] = {}
     prefix = layout.checkpoints_prefix
-    for info in store.list(prefix):
+    for info in store.list(within or prefix):
         rest = info.key[len(prefix) :]
         folder, _, name = rest.partition("/")
         if not folder.startswith("chk-") or not folder[4:].isdigit():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -99,14 +100,24 @@ def test_cache_reads_only_new_checkpoints_and_equals_a_cold_scan(tmp_path: Path)
     assert warm.rows[-1].status == "completed"
 
 
-def test_max_age_skips_the_listing_until_it_expires(history: Made) -> None:
+def test_after_max_age_the_cached_answer_is_served_while_a_refresh_runs(tmp_path: Path) -> None:
+    made = make_history(tmp_path, epochs=1)
     now = [0.0]
-    service = CheckpointStats(open_store(history.uri), max_age_ms=1000, monotonic=lambda: now[0])
+    store = open_store(made.uri)
+    service = CheckpointStats(store, max_age_ms=1000, monotonic=lambda: now[0])
     a = service.stats(JOB_ID)
+    newest = a.rows[-1].checkpoint_id
+    store.delete(JobLayout(JOB_ID).pending(newest))  # storage changes (as retention would)
     now[0] = 0.5
-    assert service.stats(JOB_ID) is a
+    assert service.stats(JOB_ID) is a  # young: no listing
     now[0] = 2.0
-    assert service.stats(JOB_ID).fingerprint == a.fingerprint
+    assert service.stats(JOB_ID) is a  # old: served at once, refreshed in the background
+    deadline = time.monotonic() + 10
+    while service.stats(JOB_ID) is a and time.monotonic() < deadline:
+        time.sleep(0.05)
+    fresh = service.stats(JOB_ID)
+    assert fresh is not a and newest not in [r.checkpoint_id for r in fresh.rows]
+    assert service.stats(JOB_ID, wait=True).rows == fresh.rows
 
 
 def test_a_job_id_that_is_not_a_safe_name_is_refused() -> None:
