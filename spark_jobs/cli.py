@@ -473,7 +473,19 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--out", required=True, help="file.parquet or file.json")
     ins.add_argument("--max-parallelism", type=int, default=128)
     ins.set_defaults(func=_cmd_inspect)
+
+    chaos = sub.add_parser("chaos", help="seeded random fault schedules checked against the invariants")
+    from spark_jobs.chaos.report import add_arguments as chaos_arguments
+
+    chaos_arguments(chaos)
+    chaos.set_defaults(func=_cmd_chaos)
     return parser
+
+
+def _cmd_chaos(args: argparse.Namespace) -> int:
+    from spark_jobs.chaos.report import run as run_chaos
+
+    return run_chaos(args)
 
 
 def _one_line(exc: BaseException) -> str:

@@ -280,8 +280,14 @@ def notify_epoch_complete(
 def apply_job_retention(
     job: Job, store: ObjectStore, clock: Clock, *, kill: KillSwitch = NO_KILL
 ) -> RetentionPlan:
-    """Step 5."""
-    return apply_retention(store, job.job_id, job.checkpoint_config(), clock, kill=kill)
+    """Step 5: checkpoint retention, then the sinks' orphan sweep (same grace period)."""
+    from spark_jobs.sinks.sweep import sweep_job_sinks
+
+    config = job.checkpoint_config()
+    plan = apply_retention(store, job.job_id, config, clock, kill=kill)
+    grace_ms = config.orphan_grace_ms
+    sweep_job_sinks(store, job.job_id, sink_specs(job), now_ms=clock.now_ms(), grace_ms=grace_ms)
+    return plan
 
 
 @dataclass

@@ -145,10 +145,17 @@ def _upload(
 ) -> StateHandle:
     digest = sha256_hex(data)
     key = layout.shared_file(uid, digest, "arrow")
-    if store.head(key) is None:
+    info = store.head(key)
+    if info is None:
         store.put_if_absent(key, data)
-        out.bytes_written += len(data)
-        out.files_written += 1
+    elif info.size != len(data) or sha256_hex(store.get(key).data) != digest:
+        # Only a retry finds its content already there: an earlier failed write may have left it
+        # torn or corrupted (a checkpoint referencing it then never verifies); write it whole again.
+        store.put(key, data)
+    else:
+        return StateHandle(key, len(data), digest)
+    out.bytes_written += len(data)
+    out.files_written += 1
     return StateHandle(key, len(data), digest)
 
 

@@ -173,7 +173,12 @@ class CommitLog:
     def commit(self, checkpoint_id: int, records: Sequence[PreCommittedTxn]) -> bool:
         """Steps 1-4 of the module docstring; True if this call made checkpoint n visible."""
         entry = self._entry(checkpoint_id, records)
-        existing = self.read(checkpoint_id)
+        try:
+            existing = self.read(checkpoint_id)
+        except ManifestError:  # a torn write of this very entry (no reader could use it): redo it
+            self._verify_staged(entry)
+            self.store.put(self.layout.commit_entry(checkpoint_id), encode_document(COMMIT_KIND, entry))
+            return True
         if existing is not None:
             return self._same_or_conflict(existing, entry)
         newest = self.newest_generation()

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.sinks.commit_log import CommitLog
-from state_store.core.codec import sha256_hex
+from state_store.core.codec import ManifestError, sha256_hex
 from state_store.core.manifests import StateHandle
 from state_store.core.ports import ObjectStore
 from state_store.core.twophase import PreCommittedTxn, Transaction, TransactionalSink, TxnId
@@ -55,7 +55,15 @@ class ParquetTransactionalSink(TransactionalSink[Any]):
         self.compression = compression
 
     def committed_checkpoint_ids(self) -> frozenset[int]:
-        return frozenset(self.log.committed_ids())
+        """Checkpoints whose commit entry exists; the newest one only if it decodes (a torn commit
+        write, the only one in progress, is not a commit: it is committed again)."""
+        ids = self.log.committed_ids()
+        if ids:
+            try:
+                self.log.read(ids[-1])
+            except ManifestError:
+                ids = ids[:-1]
+        return frozenset(ids)
 
     def fence(self, generation: int) -> None:
         """On restore into ``generation``: refuse older generations' commits from now on.

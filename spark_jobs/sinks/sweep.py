@@ -16,8 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from spark_jobs.sinks.commit_log import CommitLog
-from state_store.core.ports import ObjectStore
-from state_store.core.twophase import PreCommittedTxn
+from state_store.core import documents
+from state_store.core.codec import ManifestError
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import AckRecord, CompletedMetadata
+from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.core.twophase import PreCommittedTxn, records_from_metadata, records_from_snapshot
 
 
 def plan_orphan_sweep(
@@ -65,3 +69,27 @@ def sweep_orphans(
         for key in keys:
             store.delete(key)
     return keys
+
+
+def sweep_job_sinks(
+    store: ObjectStore, job_id: str, sink_uids: Iterable[str], *, now_ms: int, grace_ms: int
+) -> list[str]:
+    """The retention step's sink part (run after checkpoint retention): sweep every sink's orphans,
+    protecting the transactions named by any ack or ``_metadata.json`` still stored -- those of
+    in-flight checkpoints and of completed ones the sink may not have committed yet. Aborted
+    checkpoints' acks are gone once retention removed their folders, so their staged files go too."""
+    layout = JobLayout(job_id)
+    pending: list[PreCommittedTxn] = []
+    for info in store.list(layout.checkpoints_prefix):
+        try:
+            if "/acks/" in info.key:
+                pending.extend(records_from_snapshot(documents.read(store, info.key, AckRecord).snapshot))
+            elif info.key.endswith("/_metadata.json"):
+                pending.extend(records_from_metadata(documents.read(store, info.key, CompletedMetadata)))
+        except (ManifestError, ObjectNotFound, ValueError):
+            continue  # unreadable: retention keeps such a checkpoint; its files are then orphans later
+    return [
+        key
+        for uid in sink_uids
+        for key in sweep_orphans(store, job_id, uid, now_ms=now_ms, grace_ms=grace_ms, pending=pending)
+    ]
