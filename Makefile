@@ -27,7 +27,19 @@ lint: $(STAMP) ## ruff, import-linter (layer rules) and mypy (strict on state_st
 	$(BIN)/lint-imports
 	$(BIN)/mypy state_store spark_jobs plugins/epochal_airflow
 
-test: lint ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow)
+browser-deps: ## Headless Chromium for the UI browser test (Debian chromium + chromium-driver), if it can
+	@if command -v chromium >/dev/null && command -v chromedriver >/dev/null; then \
+	  echo "browser-deps: chromium and chromedriver are installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "browser-deps: installing chromium chromium-driver (apt-get)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver >/dev/null 2>&1; }; } || \
+	  echo "browser-deps: could not install chromium; the browser test will be skipped (see its reason)"; \
+	else \
+	  echo "browser-deps: chromium is missing and apt-get needs root; the browser test will be skipped"; \
+	fi
+
+test: lint browser-deps ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow, Chromium)
 	$(BIN)/pytest
 
 demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite
@@ -36,4 +48,4 @@ demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], 
 clean: ## Remove the venv, caches and demo output
 	rm -rf $(VENV) .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install lint test demo clean
+.PHONY: help install lint browser-deps test demo clean
