@@ -11,7 +11,11 @@ documents of checkpoints that are new or changed since the previous scan:
 3. the job's statistics (overview, summaries) are recomputed only when the fingerprint of all tokens
    and of ``_job.json`` changed; within ``max_age_ms`` of the last scan no listing is done at all,
    and after it a request gets the cached answer while a background refresh re-lists (a long
-   history costs seconds to list on any store; a page load must not wait for it).
+   history costs seconds to list on any store; a page load must not wait for it);
+4. with ``full_relist_ms`` > 0, a refresh within that time of the last full listing re-lists only the
+   folders that can change (undecided and the ``recent`` newest checkpoints) and probes the ids
+   after the highest one; checkpoints that retention deleted leave the history at the next full
+   listing (the default, 0, lists everything every time).
 
 Invariant: a cached answer equals a cold scan of the same storage (the cache is only keyed by what
 the listing shows; tests compare both). Nothing is ever written.
@@ -128,10 +132,17 @@ class CheckpointStats:
         max_age_ms: int = 2000,
         workers: int = 8,
         max_jobs: int = 32,
+        full_relist_ms: int = 0,
+        recent: int = 32,
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         if max_age_ms < 0:
             raise MonitoringError(f"max_age_ms={max_age_ms} is invalid: use 0 or more")
+        if full_relist_ms < 0:
+            raise MonitoringError(f"full_relist_ms={full_relist_ms} is invalid: use 0 or more")
+        self.full_relist_ms = full_relist_ms
+        self.recent = max(1, recent)
+        self._listings: dict[str, tuple[float, dict[int, _Listed]]] = {}
         self.store = store
         self.max_age_ms = max_age_ms
         self.workers = max(1, workers)
@@ -161,6 +172,14 @@ class CheckpointStats:
             return cached[1]
         return self._refresh(layout)
 
+    def warm(self, job_id: str) -> None:
+        """Start a background scan of ``job_id`` unless it is cached or being scanned already."""
+        layout = JobLayout(job_id)
+        with self._lock:
+            if job_id in self._jobs:
+                return
+        self._refresh_in_background(layout)
+
     def _refresh(self, layout: JobLayout) -> JobStats:
         with self._scan_lock:
             with self._lock:
@@ -172,6 +191,7 @@ class CheckpointStats:
                 while len(self._jobs) > self.max_jobs:
                     evicted, _ = self._jobs.popitem(last=False)
                     self._rows.pop(evicted, None)
+                    self._listings.pop(evicted, None)
             return result
 
     def _refresh_in_background(self, layout: JobLayout) -> None:
@@ -206,9 +226,22 @@ class CheckpointStats:
         return _detail(self.store, layout, row)
 
     # -- scanning --------------------------------------------------------------------------
+    def _listing(self, layout: JobLayout) -> dict[int, _Listed]:
+        """A full listing, or (within ``full_relist_ms`` of the last full one) an incremental update
+        of it. Checkpoints removed by retention disappear at the next full listing."""
+        now = self._monotonic()
+        previous = self._listings.get(layout.job_id)
+        if previous is not None and (now - previous[0]) * 1000 < self.full_relist_ms:
+            listed = _relist(self.store, layout, previous[1], self.recent)
+            self._listings[layout.job_id] = (previous[0], listed)
+        else:
+            listed = _list_checkpoints(self.store, layout)
+            self._listings[layout.job_id] = (now, listed)
+        return listed
+
     def _scan(self, layout: JobLayout, previous: JobStats | None) -> JobStats:
         started = time.perf_counter()
-        listed = _list_checkpoints(self.store, layout)
+        listed = self._listing(layout)
         job_info = self.store.head(layout.job_record)
         latest_info = self.store.head(layout.latest)
         digest = hashlib.sha256()
@@ -250,6 +283,31 @@ class CheckpointStats:
             scanned_ms=(time.perf_counter() - started) * 1000,
             documents_read=reads,
         )
+
+
+def _relist(
+    store: ObjectStore, layout: JobLayout, known: dict[int, _Listed], recent: int
+) -> dict[int, _Listed]:
+    """Update a full listing without listing everything: re-list the folders that can still change
+    (undecided checkpoints and the ``recent`` newest ones, which may get a validation result) and the
+    new ids after the highest known one (ids are allocated as highest + 1, so they are contiguous)."""
+    listed = dict(known)
+    ids = sorted(known)
+    changing = {i for i in ids if "_decision.json" not in known[i].docs} | set(ids[-recent:])
+    for i in sorted(changing):
+        found = _list_checkpoints(store, layout, layout.checkpoint_dir(i)).get(i)
+        if found is None:
+            listed.pop(i, None)
+        else:
+            listed[i] = found
+    n = (ids[-1] if ids else 0) + 1
+    while n < 10**10:
+        found = _list_checkpoints(store, layout, layout.checkpoint_dir(n)).get(n)
+        if found is None:
+            break
+        listed[n] = found
+        n += 1
+    return dict(sorted(listed.items()))
 
 
 def _list_checkpoints(store: ObjectStore, layout: JobLayout, within: str | None = None) -> dict[int, _Listed]:

@@ -90,10 +90,13 @@ def create_app(
     directory: JobDirectory | None = None,
     *,
     max_age_ms: int = 2000,
+    full_relist_ms: int = 30_000,
     auth: Any = None,
 ) -> FastAPI:
     """Build the app. ``store_factory`` is called once, on the first request (no I/O at import);
-    ``auth`` is the app-wide dependency (default: Airflow's ``requires_authenticated``)."""
+    ``auth`` is the app-wide dependency (default: Airflow's ``requires_authenticated``). Statistics
+    are at most ``max_age_ms`` old plus one refresh; retention's deletions show within
+    ``full_relist_ms`` (see :class:`state_store.monitoring.CheckpointStats`)."""
     if auth is None:
         from airflow.api_fastapi.core_api.security import requires_authenticated
 
@@ -112,7 +115,9 @@ def create_app(
     def service() -> CheckpointStats:
         with lock:
             if "stats" not in state:
-                state["stats"] = CheckpointStats(store_factory(), max_age_ms=max_age_ms)
+                state["stats"] = CheckpointStats(
+                    store_factory(), max_age_ms=max_age_ms, full_relist_ms=full_relist_ms
+                )
             return state["stats"]
 
     def job_stats(job_id: str) -> JobStats:
@@ -152,6 +157,8 @@ def create_app(
     # -- HTML --------------------------------------------------------------------------------
     @app.get("/checkpoints", response_class=HTMLResponse, include_in_schema=False)
     def index(request: Request) -> str:
+        for job_id in directory.job_ids():  # warm the statistics before the user picks a job
+            service().warm(job_id)
         items = "".join(
             f'<li><a href="{base(request)}/checkpoints/{quote(j)}">{render._e(j)}</a></li>'
             for j in directory.job_ids()

@@ -120,6 +120,29 @@ def test_after_max_age_the_cached_answer_is_served_while_a_refresh_runs(tmp_path
     assert service.stats(JOB_ID, wait=True).rows == fresh.rows
 
 
+def test_incremental_relisting_finds_new_checkpoints_and_drops_deleted_ones_at_the_full_listing(
+    tmp_path: Path,
+) -> None:
+    made = make_history(tmp_path, epochs=2)
+    now = [0.0]
+    service = CheckpointStats(
+        open_store(made.uri), max_age_ms=0, full_relist_ms=60_000, recent=1, monotonic=lambda: now[0]
+    )
+    first = service.stats(JOB_ID)
+    job, clock = small_job(), TickingClock(first.rows[-1].trigger_ms + 5 * STEP_MS)
+    for _ in range(3):  # aborts the in-flight one, completes three, retention deletes the oldest
+        clock.advance(STEP_MS)
+        run_cycle(job, made.uri, clock, executor="local")
+    incremental = service.stats(JOB_ID)
+    cold = CheckpointStats(open_store(made.uri)).stats(JOB_ID)
+    assert [r.checkpoint_id for r in cold.rows][-4:] == [r.checkpoint_id for r in incremental.rows][-4:]
+    assert {r.checkpoint_id for r in cold.rows} < {
+        r.checkpoint_id for r in incremental.rows
+    }  # deleted linger
+    now[0] = 61.0  # the next refresh is a full listing
+    assert service.stats(JOB_ID).rows == cold.rows
+
+
 def test_a_job_id_that_is_not_a_safe_name_is_refused() -> None:
     with pytest.raises(ValueError, match=r"job id .\.\./x. is invalid"):
         CheckpointStats(open_store("memory://m")).stats("../x")
