@@ -4,19 +4,34 @@
   (default: every example in ``spark_jobs.examples``);
 * ``EPOCHAL_STORE_URI`` -- where job state lives (default ``file://$AIRFLOW_HOME/epochal-store``);
 * ``EPOCHAL_STORE_CONN_ID`` -- an Airflow ``aws`` connection for ``s3://`` stores (optional);
-* ``EPOCHAL_EXECUTOR`` -- ``spark`` (Spark ``local[*]`` in the worker, default) or ``local``;
-* ``EPOCHAL_SCHEDULE`` -- a cron expression or ``@once``-style preset, or ``none`` (default: none,
-  runs are triggered by hand or by the tests);
+* ``EPOCHAL_EXECUTOR`` -- ``spark`` (Spark ``local[*]`` in the worker, default), ``local`` (no Spark)
+  or ``spark-submit`` (the provider's ``SparkSubmitOperator`` against the cluster of
+  ``EPOCHAL_SPARK_CONN_ID``);
+* ``EPOCHAL_SPARK_CONN_ID`` -- the Airflow ``spark`` connection naming the master (default
+  ``spark_default``; only for ``spark-submit``);
+* ``EPOCHAL_SPARK_CONF`` -- extra Spark conf for ``spark-submit``: comma-separated ``spark.key=value``
+  pairs (keys must start with ``spark.``; credentials are refused: they come from the store connection);
+* ``EPOCHAL_SCHEDULE`` -- a cron expression or ``@once``-style preset, ``assets`` (data-aware: one
+  Airflow Asset per source, an asset event makes the next epoch runnable), or ``none`` (default: runs
+  are triggered by hand or by the tests);
 * ``EPOCHAL_RESTART`` -- ``fixed-delay:<retries>:<seconds>``, ``exponential:<retries>:<seconds>:<max
-  seconds>`` or ``none`` (default ``fixed-delay:1:5``).
+  seconds>``, ``failure-rate:<max failures>:<interval seconds>`` or ``none`` (default
+  ``fixed-delay:1:5``).
+
+Invariant: every value is validated here, at parse time, with a one-line error naming the variable and
+the accepted forms; nothing here reads storage or the network.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
+
+EXECUTORS = ("spark", "local", "spark-submit")
+_SECRET_CONF = re.compile(r"secret|password|token|access[._]?key|credential", re.IGNORECASE)
 
 
 class EpochalConfigError(ValueError):
@@ -25,12 +40,24 @@ class EpochalConfigError(ValueError):
 
 @dataclass(frozen=True)
 class RestartStrategy:
-    """Airflow retry arguments for the epoch's tasks (Flink's restart strategies)."""
+    """Airflow retry arguments for the epoch's tasks (Flink's restart strategies).
+
+    ``failure-rate`` (Flink's failure-rate strategy): every failed run is one failure, retried by the
+    next run (task retries 0); the trigger task of a run counts the job's aborted checkpoints decided
+    within the last ``failure_interval`` (the run's clock) and, when more than ``max_failures``, fails
+    the run and pauses the DAG.
+    """
 
     retries: int = 1
     retry_delay: timedelta = timedelta(seconds=5)
     exponential: bool = False
     max_retry_delay: timedelta | None = None
+    max_failures: int | None = None
+    failure_interval: timedelta | None = None
+
+    @property
+    def failure_rate(self) -> bool:
+        return self.max_failures is not None
 
     def task_args(self) -> dict[str, Any]:
         args: dict[str, Any] = {"retries": self.retries, "retry_delay": self.retry_delay}
@@ -46,18 +73,55 @@ def parse_restart(text: str) -> RestartStrategy:
     try:
         if parts == ["none"]:
             return RestartStrategy(retries=0)
-        if parts[0] == "fixed-delay" and len(parts) == 3:
+        if parts[0] == "fixed-delay" and len(parts) == 3 and int(parts[1]) >= 0:
             return RestartStrategy(int(parts[1]), timedelta(seconds=float(parts[2])))
-        if parts[0] == "exponential" and len(parts) == 4:
+        if parts[0] == "exponential" and len(parts) == 4 and int(parts[1]) >= 0:
             return RestartStrategy(
                 int(parts[1]), timedelta(seconds=float(parts[2])), True, timedelta(seconds=float(parts[3]))
+            )
+        if parts[0] == "failure-rate" and len(parts) == 3 and int(parts[1]) >= 0 and float(parts[2]) > 0:
+            return RestartStrategy(
+                retries=0, max_failures=int(parts[1]), failure_interval=timedelta(seconds=float(parts[2]))
             )
     except ValueError:
         pass
     raise EpochalConfigError(
-        f"EPOCHAL_RESTART={text!r} is invalid: use none, fixed-delay:<retries>:<seconds> or "
-        "exponential:<retries>:<seconds>:<max seconds>"
+        f"EPOCHAL_RESTART={text!r} is invalid: use none, fixed-delay:<retries>:<seconds>, "
+        "exponential:<retries>:<seconds>:<max seconds> or failure-rate:<max failures>:<interval seconds>"
     )
+
+
+def parse_spark_conf(text: str) -> dict[str, str]:
+    """``spark.a=1,spark.b=x`` -> a dict; refuses non-Spark keys and anything that looks like a secret."""
+    conf: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, sep, value = item.partition("=")
+        key = key.strip()
+        if not sep or not key.startswith("spark.") or not value.strip():
+            raise EpochalConfigError(
+                f"EPOCHAL_SPARK_CONF item {item!r} is invalid: use comma-separated spark.<key>=<value> pairs"
+            )
+        if _SECRET_CONF.search(key):
+            raise EpochalConfigError(
+                f"EPOCHAL_SPARK_CONF key {key!r} looks like a credential: put credentials in the store "
+                "connection (EPOCHAL_STORE_CONN_ID), never in Spark conf settings"
+            )
+        conf[key] = value.strip()
+    return conf
+
+
+def parse_schedule(text: str) -> str | None:
+    """``none`` -> None; ``assets`` -> ``"assets"`` (the DAG factory builds the Asset list); else cron."""
+    value = text.strip()
+    if value.lower() == "none":
+        return None
+    if value.lower() == "assets":
+        return "assets"
+    if not value:
+        raise EpochalConfigError("EPOCHAL_SCHEDULE is empty: use none, assets, a cron expression or @daily")
+    return value
 
 
 @dataclass(frozen=True)
@@ -68,6 +132,12 @@ class EpochalSettings:
     executor: str
     schedule: str | None
     restart: RestartStrategy = field(default_factory=RestartStrategy)
+    spark_conn_id: str = "spark_default"
+    spark_conf: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def data_aware(self) -> bool:
+        return self.schedule == "assets"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> EpochalSettings:
@@ -79,14 +149,18 @@ class EpochalSettings:
             j.strip() for j in e.get("EPOCHAL_JOBS", ",".join(sorted(EXAMPLES))).split(",") if j.strip()
         )
         executor = e.get("EPOCHAL_EXECUTOR", "spark")
-        if executor not in ("spark", "local"):
-            raise EpochalConfigError(f"EPOCHAL_EXECUTOR={executor!r} is invalid: use spark or local")
-        schedule = e.get("EPOCHAL_SCHEDULE", "none")
+        if executor not in EXECUTORS:
+            raise EpochalConfigError(
+                f"EPOCHAL_EXECUTOR={executor!r} is invalid: use spark, local or spark-submit"
+            )
+        spark_conn_id = e.get("EPOCHAL_SPARK_CONN_ID", "").strip() or "spark_default"
         return cls(
             jobs=jobs,
             store_uri=e.get("EPOCHAL_STORE_URI", f"file://{os.path.abspath(home)}/epochal-store"),
             conn_id=e.get("EPOCHAL_STORE_CONN_ID") or None,
             executor=executor,
-            schedule=None if schedule.lower() == "none" else schedule,
+            schedule=parse_schedule(e.get("EPOCHAL_SCHEDULE", "none")),
             restart=parse_restart(e.get("EPOCHAL_RESTART", "fixed-delay:1:5")),
+            spark_conn_id=spark_conn_id,
+            spark_conf=parse_spark_conf(e.get("EPOCHAL_SPARK_CONF", "")),
         )

@@ -5,7 +5,16 @@
 
 A run without new input skips everything after ``trigger_checkpoint``. The job's restart
 strategy becomes the tasks' retries; a retried ``run_epoch`` is a new attempt of the same
-checkpoint, restoring from the latest completed one (earlier attempts' acks are fenced).
+checkpoint, restoring from the latest completed one (earlier attempts' acks are fenced). With the
+failure-rate strategy, ``trigger_checkpoint`` fails the run and pauses the DAG when too many
+checkpoints failed within the interval. ``run_epoch`` runs in the worker (``spark``/``local``) or is
+the provider's ``SparkSubmitOperator`` (``spark-submit``) against a Spark cluster.
+
+Data-aware schedule (``EPOCHAL_SCHEDULE=assets``): the DAG is scheduled on one Airflow Asset per
+source (:func:`source_asset`); whoever appends input emits an event for that asset (a producer
+task's ``outlets``, or the REST API) and the scheduler queues an epoch; an epoch that finds no new
+input still short-circuits.
+
 Building a DAG imports the job module to learn its id but touches no storage.
 """
 
@@ -14,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Param
+from airflow.sdk import DAG, Asset, Param
 
 from epochal_airflow.config import EpochalSettings
 from epochal_airflow.operators.checkpoint import (
@@ -25,6 +34,7 @@ from epochal_airflow.operators.checkpoint import (
     TriggerCheckpointOperator,
     ValidateCheckpointOperator,
 )
+from epochal_airflow.operators.spark_submit import SparkSubmitEpochOperator
 from epochal_airflow.operators.state import BackfillOperator, RestoreOperator, TriggerSavepointOperator
 
 START = pendulum.datetime(2023, 11, 14, tz="UTC")
@@ -34,15 +44,48 @@ def dag_id_for(job_id: str) -> str:
     return "epochal_" + job_id.replace("-", "_")
 
 
+def source_asset(job: Any, source: Any) -> Asset:
+    """The Asset standing for one source's input: the source's own ``asset_uri`` or ``location``
+    when it has one (e.g. ``s3://bucket/clicks/``), else ``epochal://<job_id>/sources/<uid>``."""
+    uri = getattr(source, "asset_uri", None) or getattr(source, "location", None)
+    if not isinstance(uri, str) or not uri:
+        uri = f"epochal://{job.job_id}/sources/{source.uid}"
+    return Asset(uri=uri, name=f"{job.job_id}.{source.uid}", group="epochal-source")
+
+
+def source_assets(job: Any) -> list[Asset]:
+    return [source_asset(job, step.spec["source"]) for step in job.graph.sources]
+
+
+def run_epoch_task(settings: EpochalSettings, common: dict[str, Any]) -> Any:
+    if settings.executor == "spark-submit":
+        return SparkSubmitEpochOperator(
+            task_id="run_epoch",
+            job=common["job"],
+            store_uri=common["store_uri"],
+            store_conn_id=common["conn_id"],
+            spark_conn_id=settings.spark_conn_id,
+            spark_conf=settings.spark_conf,
+        )
+    return RunEpochOperator(task_id="run_epoch", epoch_executor=settings.executor, **common)
+
+
 def build_epoch_dag(job_ref: str, settings: EpochalSettings) -> DAG:
     from spark_jobs.jobs.loading import load_job
 
     job = load_job(job_ref)
     common: dict[str, Any] = {"job": job_ref, "store_uri": settings.store_uri, "conn_id": settings.conn_id}
+    restart = settings.restart
+    failure_rate: dict[str, Any] = {}
+    if restart.failure_rate and restart.failure_interval is not None:
+        failure_rate = {
+            "max_failures": restart.max_failures,
+            "failure_interval_s": restart.failure_interval.total_seconds(),
+        }
     with DAG(
         dag_id=dag_id_for(job.job_id),
         description=f"Epoch cycle of Epochal job {job.job_id} ({job.mode}, parallelism {job.parallelism})",
-        schedule=settings.schedule,
+        schedule=source_assets(job) if settings.data_aware else settings.schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,
@@ -50,8 +93,10 @@ def build_epoch_dag(job_ref: str, settings: EpochalSettings) -> DAG:
         tags=["epochal", job.job_id],
         doc_md=__doc__,
     ) as dag:
-        trigger = TriggerCheckpointOperator(task_id="trigger_checkpoint", **common, retries=0)
-        run = RunEpochOperator(task_id="run_epoch", epoch_executor=settings.executor, **common)
+        trigger = TriggerCheckpointOperator(
+            task_id="trigger_checkpoint", **common, **failure_rate, retries=0
+        )
+        run = run_epoch_task(settings, common)
         complete = CompleteCheckpointOperator(task_id="complete_checkpoint", **common, retries=0)
         notify = NotifyCheckpointCompleteOperator(task_id="notify_checkpoint_complete", **common)
         validate = ValidateCheckpointOperator(task_id="validate", **common)

@@ -49,17 +49,24 @@ class EpochalStoreHook(BaseHook):
             return self.store_uri
         return f"{self.store_uri}?{urlencode(query)}"
 
-    def export_credentials(self) -> None:
-        """Put the connection's keys into this process's AWS environment (for in-process subtasks)."""
+    def credential_env(self) -> dict[str, str]:
+        """The connection's keys and region as standard AWS environment variables ({} without an
+        ``s3://`` store or connection). For a child process's environment only: never log it."""
         conn = self._connection()
         if conn is None or urlsplit(self.store_uri).scheme != "s3":
-            return
+            return {}
+        env: dict[str, str] = {}
         if conn.login and conn.password:
-            os.environ["AWS_ACCESS_KEY_ID"] = conn.login
-            os.environ["AWS_SECRET_ACCESS_KEY"] = conn.password
+            env["AWS_ACCESS_KEY_ID"] = conn.login
+            env["AWS_SECRET_ACCESS_KEY"] = conn.password
         region = conn.extra_dejson.get("region_name")
         if region:
-            os.environ["AWS_DEFAULT_REGION"] = region
+            env["AWS_DEFAULT_REGION"] = region
+        return env
+
+    def export_credentials(self) -> None:
+        """Put the connection's keys into this process's AWS environment (for in-process subtasks)."""
+        os.environ.update(self.credential_env())
 
     def get_store(self) -> ObjectStore:
         self.export_credentials()

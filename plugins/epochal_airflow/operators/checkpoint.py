@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from epochal_airflow.hooks.store import EpochalStoreHook
 
@@ -86,7 +86,30 @@ class EpochalOperator(BaseOperator):
 
 
 class TriggerCheckpointOperator(EpochalOperator):
-    """Abort checkpoints of dead earlier runs, then trigger checkpoint n (skips when no new input)."""
+    """Abort checkpoints of dead earlier runs, then trigger checkpoint n (skips when no new input).
+
+    With ``max_failures``/``failure_interval_s`` (the failure-rate restart strategy, see
+    ``operators.restart``) it first counts the job's failed checkpoints in the interval and, when too
+    many, pauses the DAG and fails the run without retry, the reason in the error."""
+
+    def __init__(
+        self, *, max_failures: int | None = None, failure_interval_s: float | None = None, **kwargs: Any
+    ) -> None:
+        super().__init__(**kwargs)
+        self.max_failures = max_failures
+        self.failure_interval_s = failure_interval_s
+
+    def check_failure_rate(self, job: Any, store: Any, clock: FixedClock, context: Any) -> None:
+        if self.max_failures is None or self.failure_interval_s is None:
+            return
+        from epochal_airflow.operators.restart import failure_rate, pause_dag
+
+        rate = failure_rate(store, job.job_id, clock.now_ms(), self.max_failures, self.failure_interval_s)
+        if not rate.exceeded:
+            return
+        paused = pause_dag(context["dag"].dag_id)
+        self.summary("trigger_checkpoint", status="failure_rate_exceeded", failures=rate.failures)
+        raise AirflowFailException(f"{rate.reason(job.job_id)}; {paused}")
 
     def execute(self, context: Any) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, ensure_running, trigger_epoch
@@ -99,6 +122,7 @@ class TriggerCheckpointOperator(EpochalOperator):
             self.summary("trigger_checkpoint", status="stopped")
             raise AirflowSkipException(str(exc)) from None
         aborted = abort_abandoned(job, store, clock, run_id)
+        self.check_failure_rate(job, store, clock, context)
         pending = trigger_epoch(job, store, clock, request_id=run_id)
         if pending is None:
             self.summary("trigger_checkpoint", status="skipped", reason="no new input", aborted=aborted)

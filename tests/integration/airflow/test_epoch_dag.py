@@ -6,58 +6,29 @@ S3 through an Airflow connection, with the credentials in neither the logs nor t
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
-from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
-from spark_jobs.sources.generator import DEFAULT_START_MS
 from state_store.core import checkpoint_history
 from state_store.storage import open_store
 from state_store.testing.seaweedfs import SeaweedFSServer
+from tests.integration.airflow.support import airflow_environment, logical_date
+from tests.integration.airflow.support import dags_test as run_dag
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, new_clock, small_job
 
 pytestmark = pytest.mark.integration
-ROOT = Path(__file__).resolve().parents[3]
 DAG = "epochal_clickstream"
-
-
-def logical_date(epoch: int) -> str:
-    return datetime.fromtimestamp((DEFAULT_START_MS + epoch * STEP_MS) / 1000, tz=UTC).isoformat()
 
 
 @pytest.fixture(scope="module")
 def airflow_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    home = tmp_path_factory.mktemp("airflow_home")
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(home),
-        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-        "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
-        "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
-        "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
-        "EPOCHAL_JOBS": "tests.unit.runtime.support:small_job",
-        "EPOCHAL_EXECUTOR": "local",
-        "EPOCHAL_RESTART": "none",
-    }
-    env.pop("EPOCHAL_FAULT", None)
-    airflow = str(Path(sys.executable).parent / "airflow")
-    subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    env["AIRFLOW_BIN"] = airflow
-    return env
+    return airflow_environment(tmp_path_factory.mktemp("airflow_home"))
 
 
 def dags_test(env: dict[str, str], epoch: int, **extra: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [env["AIRFLOW_BIN"], "dags", "test", DAG, logical_date(epoch)],
-        env={**env, **extra},
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    return run_dag(env, DAG, epoch, **extra)
 
 
 def completed_ids(uri: str) -> list[int]:
