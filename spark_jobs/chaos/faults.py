@@ -39,7 +39,7 @@ DOC_GLOBS = ("*/_metadata.json", "*/acks/*", "*/_pending.json", "*/_decision.jso
 # ``_job.json`` stops the job with an error naming the file (tests/chaos/test_targeted.py).
 TORN_DOC_GLOBS = ("*/_metadata.json", "*/acks/*", "*/LATEST", "*/_commits/*", "*/attempts/*")
 DATA_GLOBS = ("*/shared/*", "*/state/*", "*/sinks/*.parquet")
-STATE_GLOBS = ("*/shared/*", "*/shared/*/*", "*/state/*")  # state is content-addressed in shared/
+STATE_GLOBS = ("*/shared/*", "*/shared/dedup/*", "*/shared/user-activity/*", "*/shared/page-counts/*")
 ANY_GLOBS = ("*", *DOC_GLOBS, *DATA_GLOBS)
 
 
