@@ -18,8 +18,11 @@ Steps (nothing is written before step 3, so a refused or dry-run restore changes
 from __future__ import annotations
 
 import copy
+import os
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
@@ -57,6 +60,38 @@ class RestoreRequest:
     allow_foreign: bool = False
     dry_run: bool = False
     force: bool = False  # restore even if the snapshot's validation failed
+    # Snapshot roots: when given (or EPOCHAL_SNAPSHOT_ROOTS is set: comma-separated URIs), a savepoint
+    # location must lie under one of them or under the job's store, unless allow_outside_roots.
+    roots: tuple[str, ...] = ()
+    allow_outside_roots: bool = False
+
+
+def configured_roots(request: RestoreRequest) -> tuple[str, ...]:
+    env = os.environ.get("EPOCHAL_SNAPSHOT_ROOTS", "")
+    return tuple(request.roots) + tuple(r.strip() for r in env.split(",") if r.strip())
+
+
+def _under(location: str, root: str) -> bool:
+    loc, base = urlsplit(location), urlsplit(root)
+    if (loc.scheme, loc.netloc, loc.query) != (base.scheme, base.netloc, base.query):
+        return False
+    if ".." in loc.path.split("/") or "\0" in location:
+        return False
+    path, prefix = posixpath.normpath(loc.path or "/"), posixpath.normpath(base.path or "/")
+    return path == prefix or path.startswith(prefix.rstrip("/") + "/")
+
+
+def check_location(store_uri: str, source: str, request: RestoreRequest) -> None:
+    """Refuse a savepoint location outside the configured roots (see ``RestoreRequest.roots``)."""
+    roots = configured_roots(request)
+    if source == "latest" or source.isdigit() or not roots or request.allow_outside_roots:
+        return
+    if not any(_under(source, root) for root in (store_uri, *roots)):
+        raise SnapshotError(
+            f"snapshot location {source!r} is outside the configured snapshot roots "
+            f"({', '.join(roots)}) and the job's store: move it under one of them, add its root to "
+            "EPOCHAL_SNAPSHOT_ROOTS, or allow it explicitly (allow_outside_roots)"
+        )
 
 
 def load_snapshot(job: Job, store: ObjectStore, store_uri: str, source: str, clock: Clock) -> Snapshot:
@@ -213,6 +248,7 @@ def restore(
     request_id: str = "",
 ) -> RestoreReport:
     """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring."""
+    check_location(store_uri, request.source, request)
     store = open_store(store_uri)
     snapshot = load_snapshot(job, store, store_uri, request.source, clock)
     if parallelism is not None and parallelism != job.parallelism:

@@ -62,10 +62,10 @@ class Job:
         check_max_parallelism(self.max_parallelism)
         check_parallelism(self.max_parallelism, self.parallelism)
         parse_checkpointing_mode(self.mode)
-        if self.max_records_per_epoch < 1:
-            raise JobDefinitionError(
-                f"max_records_per_epoch={self.max_records_per_epoch} is invalid: use >= 1"
-            )
+        for name in ("max_records_per_epoch", "chunk_size"):
+            value = getattr(self, name, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise JobDefinitionError(f"{name}={value!r} is invalid: use an integer >= 1")
         self.graph = JobGraph()
         self.checkpoint_config()  # validates the numbers
 

@@ -351,6 +351,7 @@ def take_savepoint(
     -- no epoch runs after it until the job is restored (from this savepoint or another snapshot)."""
     from spark_jobs.snapshots import _from_metadata, savepoint_location, savepoint_store, write_savepoint
 
+    location = savepoint_location(store_uri, job.job_id, name)  # a bad name is refused before any write
     store = open_store(store_uri)
     pending = trigger_epoch(job, store, clock, request_id=request_id or f"savepoint-{name}", savepoint=True)
     assert pending is not None  # forced: never skipped
@@ -366,7 +367,6 @@ def take_savepoint(
         job.max_parallelism,
         f"{store.uri} checkpoint {pending.checkpoint_id}",
     )
-    location = savepoint_location(store_uri, job.job_id, name)
     body = write_savepoint(snapshot, savepoint_store(location), name, fmt=fmt, created_ms=clock.now_ms())
     if stop:
         marker = {"format_version": 1, "savepoint": name, "location": location, "stopped_ms": clock.now_ms()}
