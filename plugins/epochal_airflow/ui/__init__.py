@@ -1,7 +1,7 @@
-"""The Checkpoints view: a FastAPI app (HTML pages + JSON REST API) mounted by the Airflow plugin in
-``plugins/epochal_checkpoints_plugin.py``. Every number comes from the job's storage root through
-:class:`state_store.monitoring.CheckpointStats`; nothing is read from the Airflow database."""
+"""The Checkpoints view: a FastAPI app (HTML pages + JSON REST API, ``ui.app``) mounted by the Airflow
+plugin in ``plugins/epochal_checkpoints_plugin.py`` through a :class:`~epochal_airflow.ui.lazy.LazyASGIApp`.
+Every number comes from the job's storage root through :class:`state_store.monitoring.CheckpointStats`;
+nothing is read from the Airflow database. Importing this package imports neither FastAPI nor Airflow.
+"""
 
-from epochal_airflow.ui.app import URL_PREFIX, create_app
-
-__all__ = ["URL_PREFIX", "create_app"]
+URL_PREFIX = "/epochal"

@@ -24,13 +24,13 @@ from urllib.parse import quote, urlencode
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
-from epochal_airflow.ui import schemas
+from epochal_airflow.ui import URL_PREFIX, schemas
 from state_store.core.layout import InvalidNameError, validate_name
 from state_store.core.ports import ObjectStore, StoreError
 from state_store.monitoring import STATUSES, CheckpointStats, JobStats, MonitoringError
 from state_store.monitoring import html as render
 
-URL_PREFIX = "/epochal"
+__all__ = ["URL_PREFIX", "JobDirectory", "app_from_settings", "create_app"]
 API_TITLE = "Epochal checkpoints"
 
 JobId = Annotated[str, Path(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")]

@@ -109,7 +109,7 @@ def test_the_api_conforms_to_its_openapi_schema(history: Made) -> None:
     for result in operations:
         operation = result.ok()
 
-        @settings(max_examples=15, deadline=None, suppress_health_check=list(HealthCheck), database=None)
+        @settings(max_examples=10, deadline=None, suppress_health_check=list(HealthCheck), database=None)
         @given(case=operation.as_strategy(), real_job=st.booleans())
         def check(case: Any, real_job: bool) -> None:
             if real_job and "job_id" in (case.path_parameters or {}):
