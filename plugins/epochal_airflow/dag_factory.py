@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, Param
+from airflow.sdk import DAG, Asset, AssetAny, Param
 
 from epochal_airflow.config import EpochalSettings
 from epochal_airflow.operators.checkpoint import (
@@ -53,8 +53,9 @@ def source_asset(job: Any, source: Any) -> Asset:
     return Asset(uri=uri, name=f"{job.job_id}.{source.uid}", group="epochal-source")
 
 
-def source_assets(job: Any) -> list[Asset]:
-    return [source_asset(job, step.spec["source"]) for step in job.graph.sources]
+def source_assets(job: Any) -> AssetAny:
+    """The epoch DAG's data-aware schedule: new input on *any* source makes an epoch runnable."""
+    return AssetAny(*(source_asset(job, step.spec["source"]) for step in job.graph.sources))
 
 
 def run_epoch_task(settings: EpochalSettings, common: dict[str, Any]) -> Any:

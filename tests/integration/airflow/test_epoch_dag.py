@@ -14,7 +14,7 @@ import pytest
 from state_store.core import checkpoint_history
 from state_store.storage import open_store
 from state_store.testing.seaweedfs import SeaweedFSServer
-from tests.integration.airflow.support import airflow_environment, logical_date
+from tests.integration.airflow.support import airflow_environment, is_paused, logical_date
 from tests.integration.airflow.support import dags_test as run_dag
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, new_clock, small_job
 
@@ -136,3 +136,26 @@ def test_savepoint_restore_and_backfill_dags(airflow_env: dict[str, str], tmp_pa
     from spark_jobs.sinks import read_committed
 
     assert read_committed(open_store(uri), "clickstream-bf", "page-counts-sink").num_rows > 0
+
+
+def test_failure_rate_exceeded_fails_the_run_and_pauses_the_dag(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "store").as_uri()
+    env = airflow_environment(
+        tmp_path_factory.mktemp("airflow_failure_rate"),
+        EPOCHAL_STORE_URI=uri,
+        EPOCHAL_RESTART="failure-rate:0:3600",  # no failure tolerated per hour (of the epochs' clock)
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+    )
+    killed = run_dag(env, DAG, 1, EPOCHAL_FAULT="after_ack@1", EPOCHAL_FAULT_MODE="exit")
+    assert killed.returncode != 0
+    assert is_paused(env, DAG) is False
+    stopped = run_dag(env, DAG, 2)  # its trigger aborts the dead checkpoint 1: one failure > 0
+    logs = stopped.stdout + stopped.stderr
+    assert stopped.returncode != 0
+    assert "failure-rate restart strategy of job clickstream exceeded: 1 failed checkpoints [1]" in logs
+    assert f"DAG {DAG} paused" in logs
+    assert is_paused(env, DAG) is True  # read back from the metadata DB
+    history = checkpoint_history(open_store(uri), "clickstream")
+    assert [(r.checkpoint_id, r.status) for r in history] == [(1, "aborted")]  # no epoch 2 triggered
