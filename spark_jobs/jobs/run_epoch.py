@@ -5,6 +5,10 @@ Under ``spark-submit`` the master comes from spark-submit (``--master`` here ove
 storage credentials of this driver's environment (``AWS_*``) are forwarded to the executors as
 ``spark.executorEnv.*`` Spark conf -- never through files -- with ``spark.redaction.regex`` extended
 so Spark redacts them wherever it shows its conf. The store URI carries no credentials.
+
+An executor lost mid-epoch fails the epoch at once (``--on-executor-loss fail``, the default; see
+``spark_jobs.jobs.watchdog``) instead of leaving it waiting for resources: the next attempt restores
+from the latest completed checkpoint.
 """
 
 from __future__ import annotations

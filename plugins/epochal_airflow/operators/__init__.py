@@ -6,12 +6,14 @@ from epochal_airflow.operators.checkpoint import (
     TriggerCheckpointOperator,
     ValidateCheckpointOperator,
 )
+from epochal_airflow.operators.spark_submit import SparkSubmitEpochOperator
 
 __all__ = [
     "ApplyRetentionOperator",
     "CompleteCheckpointOperator",
     "NotifyCheckpointCompleteOperator",
     "RunEpochOperator",
+    "SparkSubmitEpochOperator",
     "TriggerCheckpointOperator",
     "ValidateCheckpointOperator",
 ]

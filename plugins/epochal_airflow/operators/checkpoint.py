@@ -146,7 +146,8 @@ class RunEpochOperator(EpochalOperator):
         super().__init__(**kwargs)
         if epoch_executor not in ("spark", "local"):
             raise ValueError(
-                f"epoch_executor={epoch_executor!r} is invalid: use 'spark' (local[*] in process) or 'local'"
+                f"epoch_executor={epoch_executor!r} is invalid: use 'spark' (local[*] in process) or "
+                "'local'; for a cluster use SparkSubmitEpochOperator (EPOCHAL_EXECUTOR=spark-submit)"
             )
         self.epoch_executor = epoch_executor  # not ``executor``: BaseOperator's Airflow executor field
         self.spark_master = spark_master

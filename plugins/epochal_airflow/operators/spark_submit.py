@@ -107,7 +107,12 @@ class SparkSubmitEpochOperator(SparkSubmitOperator):
             "--now-ms", str(run_clock(context).now_ms()),
         ]  # fmt: skip
         ensure_spark_submit_on_path()
-        self._hook = None  # built now, with this run's arguments and environment
+        self._hook = self._get_hook()  # built now, with this run's arguments and environment
+        if self._hook._connection.get("deploy_mode") == "cluster":
+            raise AirflowException(
+                f"Spark connection {self.spark_conn_id!r} asks for deploy-mode cluster: run_epoch needs "
+                "client mode (the driver runs in the Airflow worker); remove deploy-mode from its extras"
+            )
         super().execute(context)
         master = self._hook._connection["master"] if self._hook is not None else "?"
         fields = {"checkpoint_id": n, "try_number": context["ti"].try_number, "master": master}

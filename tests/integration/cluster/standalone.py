@@ -113,14 +113,17 @@ class StandaloneCluster:
         raise TimeoutError(f"{what} not ready after {timeout_s}s: {log.read_text()[-2000:]}")
 
     def start(self) -> StandaloneCluster:
+        """Master and first worker start together (two JVM start-ups overlap; the worker retries
+        its registration until the master is up); returns once the master lists the worker ALIVE."""
         self.master, log = self._spawn(
             "master",
             "org.apache.spark.deploy.master.Master",
             "--host", "127.0.0.1", "--port", str(self.port), "--webui-port", str(self.ui_port),
         )  # fmt: skip
         try:
-            self._wait("Spark master", self._status_ok, self.master, log, 90)
-            self.start_worker()
+            worker = self._spawn_worker()
+            self._wait("Spark master", self._status_ok, self.master, log, 120)
+            self._wait_worker(worker)
         except BaseException:
             self.stop()
             raise
@@ -132,7 +135,7 @@ class StandaloneCluster:
         except (OSError, ValueError):
             return False
 
-    def start_worker(self) -> Worker:
+    def _spawn_worker(self) -> Worker:
         port = free_port()
         process, log = self._spawn(
             f"worker-{port}",
@@ -144,7 +147,16 @@ class StandaloneCluster:
         )  # fmt: skip
         worker = Worker(process, port, log)
         self.workers.append(worker)
-        self._wait(f"Spark worker {port}", lambda: port in self.alive_worker_ports(), process, log, 90)
+        return worker
+
+    def _wait_worker(self, worker: Worker) -> None:
+        ready = lambda: worker.port in self.alive_worker_ports()  # noqa: E731
+        self._wait(f"Spark worker {worker.port}", ready, worker.process, worker.log, 120)
+
+    def start_worker(self) -> Worker:
+        """Another worker (e.g. a replacement after a kill); returns once it is registered."""
+        worker = self._spawn_worker()
+        self._wait_worker(worker)
         return worker
 
     def executor_pids(self, worker: Worker) -> list[int]:

@@ -167,3 +167,18 @@ def test_failure_rate_counts_aborted_checkpoints_within_the_interval(tmp_path: P
     assert not failure_rate(store, job.job_id, now, max_failures=2, interval_s=3600).exceeded
     recent = failure_rate(store, job.job_id, now, max_failures=1, interval_s=(STEP_MS + 1) / 1000)
     assert recent.failures == [2] and not recent.exceeded  # the older failure left the interval
+
+
+def test_spark_submit_refuses_cluster_deploy_mode_with_the_remedy(
+    recording_spark_submit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spark = {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077,
+             "extra": {"deploy-mode": "cluster"}}  # fmt: skip
+    monkeypatch.setenv("AIRFLOW_CONN_EPOCHAL_SPARK", json.dumps(spark))
+    op = SparkSubmitEpochOperator(
+        task_id="run_epoch", job="clickstream", store_uri="file:///tmp/x", spark_conn_id="epochal_spark"
+    )
+    ti: Any = SimpleNamespace(xcom_pull=lambda task_ids: {"checkpoint_id": 1}, try_number=1)
+    with pytest.raises(Exception, match=r"needs client mode.*remove deploy-mode"):
+        op.execute({"ti": ti, "data_interval_end": pendulum.datetime(2024, 1, 1, tz="UTC")})
+    assert not recording_spark_submit.exists()  # nothing was submitted
