@@ -1,0 +1,1 @@
+"""Epochal benchmark suite: ``python -m bench <scenario>`` (see ``bench/__main__.py``)."""

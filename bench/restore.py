@@ -1,0 +1,82 @@
+"""S4: restore time vs the pyarrow read floor of the same files, and the peer's restart time.
+
+The floor reads every state file the checkpoint references from the same store and decodes it
+with ``pyarrow.ipc`` (no checksum, no Python objects): no restore can be faster on this machine.
+Epochal's restore = ``read_operator_restore`` (fetch, size + SHA-256 check, decode, chain merge)
++ loading the heap backend, over every key group (the whole state, as parallelism 1 would).
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from bench.gen import EventSpec, epoch_events
+from spark_jobs.api.job import Job
+from spark_jobs.runtime.state_io import read_operator_restore
+from state_store.core import JobLayout, load_completed
+from state_store.core.coordinator import CheckpointCoordinator
+from state_store.core.keygroups import KeyGroupRange
+from state_store.core.state import KeyedStateBackend
+from state_store.storage import open_store
+from state_store.testing import ManualClock
+
+
+def floor_and_restore(store_uri: str, job: Job, uid: str = "windows") -> dict[str, Any]:
+    store = open_store(store_uri)
+    latest = CheckpointCoordinator(store, job.job_id, clock=ManualClock(0)).latest_completed()
+    if latest is None:
+        raise ValueError(f"job {job.job_id} has no completed checkpoint to restore: run S1 first")
+    meta = load_completed(store, JobLayout(job.job_id), latest.checkpoint_id).metadata
+    handles = {h.key: h for t in meta.tasks if t.task.uid == uid for h in t.handles}
+    began = time.perf_counter()
+    rows = 0
+    size = 0
+    for key in handles:
+        data = store.get(key).data
+        size += len(data)
+        rows += pa.ipc.open_stream(pa.py_buffer(data)).read_all().num_rows
+    floor = time.perf_counter() - began
+    everything = KeyGroupRange(0, job.max_parallelism - 1)
+    began = time.perf_counter()
+    restored, _ = read_operator_restore(store, meta, uid, everything)
+    backend = KeyedStateBackend(everything, job.max_parallelism)
+    if restored is not None:
+        backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
+    restore = time.perf_counter() - began
+    return {
+        "checkpoint_id": latest.checkpoint_id,
+        "files": len(handles),
+        "state_bytes": size,
+        "entries": rows,
+        "floor_s": floor,
+        "restore_s": restore,
+        "restore_over_floor": restore / max(floor, 1e-9),
+    }
+
+
+def peer_restart(spec: EventSpec, spark: Any, root: Path, checkpoint: Path, provider: str) -> float:
+    """Append one small file (1,000 later events) and restart the peer's query on its checkpoint:
+    the wall time of that AvailableNow run (query start, state load, one batch, commit)."""
+    from bench.engines import run_peer
+
+    longer = EventSpec(
+        spec.events_per_epoch,
+        spec.keys,
+        spec.epochs + 1,
+        spec.partitions,
+        spec.ms_per_event,
+        spec.jitter_ms,
+        spec.seed,
+    )
+    extra = epoch_events(longer, spec.epochs).slice(0, 1_000)
+    pq.write_table(extra, root / "peer-in" / f"restart-{provider}.parquet")
+    one = EventSpec(1_000, spec.keys, 1, 1, spec.ms_per_event, spec.jitter_ms, spec.seed)
+    work = checkpoint.parent
+    began = time.perf_counter()
+    run_peer(one, spark, root / "peer-in", work, provider)
+    return time.perf_counter() - began
