@@ -67,8 +67,10 @@ def _e(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
-def _a(href: str | None, text: str) -> str:
-    return f'<a href="{_e(href)}">{_e(text)}</a>' if href else _e(text)
+def _a(href: str | None, text: str, *, top: bool = False) -> str:
+    """A link (``top``: opens in the whole window, not inside the Airflow UI's iframe)."""
+    target = ' target="_top"' if top else ""
+    return f'<a href="{_e(href)}"{target}>{_e(text)}</a>' if href else _e(text)
 
 
 def svg_chart(title: str, points: Sequence[tuple[int, float]], fmt: Callable[[float], str]) -> str:
@@ -212,7 +214,7 @@ def history_table(rows: Sequence[CheckpointRow], links: Links) -> str:
             f"<td class='n'>{r.acked}/{r.expected}</td><td class='n'>{_e(fmt_bytes(r.state_size))}</td>"
             f"<td class='n'>{_e(fmt_bytes(r.incremental_size))}</td>"
             f"<td class='n'>{_e(fmt_duration(r.alignment_ms) if r.alignment_ms is not None else 'n/a')}</td>"
-            f"<td>{_a(links.run(r.run_id), r.run_id) if r.run_id else '-'}</td>"
+            f"<td>{_a(links.run(r.run_id), r.run_id, top=True) if r.run_id else '-'}</td>"
             f'<td title="{_e(r.validation_detail)}">{_e(r.validation)}</td></tr>'
         )
     return f'<table class="history">{head}{"".join(body)}</table>'
