@@ -146,3 +146,19 @@ def test_incremental_relisting_finds_new_checkpoints_and_drops_deleted_ones_at_t
 def test_a_job_id_that_is_not_a_safe_name_is_refused() -> None:
     with pytest.raises(ValueError, match=r"job id .\.\./x. is invalid"):
         CheckpointStats(open_store("memory://m")).stats("../x")
+
+
+def test_a_restore_is_counted_with_its_source_and_the_new_generation(tmp_path: Path) -> None:
+    from spark_jobs.restore import RestoreRequest, restore
+
+    made = make_history(tmp_path, epochs=2)
+    job, clock = small_job(), TickingClock(10**13)
+    before = CheckpointStats(open_store(made.uri)).stats(JOB_ID)
+    report = restore(job, made.uri, clock, RestoreRequest(source=str(made.completed[0])))
+    stats = CheckpointStats(open_store(made.uri)).stats(JOB_ID)
+    o = stats.overview
+    assert (before.overview.restored, o.restored) == (0, 1)
+    assert o.latest_restore is not None and o.latest_restore.checkpoint_id == report.checkpoint_id
+    assert o.latest_restore.restored_from and o.latest_restore.status == "completed"
+    assert o.generation == before.overview.generation + 1
+    assert stats.configuration["restored_from_checkpoint"] == report.checkpoint_id
