@@ -244,9 +244,10 @@ class CheckpointStats:
         listed = self._listing(layout)
         job_info = self.store.head(layout.job_record)
         latest_info = self.store.head(layout.latest)
+        tokens = {i: item.token() for i, item in listed.items()}
         digest = hashlib.sha256()
-        for checkpoint_id, item in listed.items():
-            digest.update(f"{checkpoint_id}:{item.token()}\n".encode())
+        for checkpoint_id, token in tokens.items():
+            digest.update(f"{checkpoint_id}:{token}\n".encode())
         digest.update(f"job={job_info.version if job_info else ''}".encode())
         digest.update(f"latest={latest_info.version if latest_info else ''}".encode())
         fingerprint = digest.hexdigest()
@@ -256,14 +257,14 @@ class CheckpointStats:
         todo = [
             i
             for i, item in listed.items()
-            if "_pending.json" in item.docs and (i not in cache or cache[i][0] != item.token())
+            if "_pending.json" in item.docs and (i not in cache or cache[i][0] != tokens[i])
         ]
         reads = 0
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.workers, len(todo))) as pool:
                 built = list(pool.map(lambda i: _row(self.store, layout, i, listed[i]), todo))
             for i, (row, n) in zip(todo, built):
-                cache[i] = (listed[i].token(), row)
+                cache[i] = (tokens[i], row)
                 reads += n
         for gone in set(cache) - {i for i, item in listed.items() if "_pending.json" in item.docs}:
             del cache[gone]
