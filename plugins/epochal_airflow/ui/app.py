@@ -90,7 +90,7 @@ def create_app(
     directory: JobDirectory | None = None,
     *,
     max_age_ms: int = 2000,
-    full_relist_ms: int = 30_000,
+    full_relist_ms: int = 300_000,
     auth: Any = None,
 ) -> FastAPI:
     """Build the app. ``store_factory`` is called once, on the first request (no I/O at import);
