@@ -151,7 +151,10 @@ def run_schedule(
         checker.check_output(ref, final_tick)
         checker.check_state(ref)
         recovery = checker.check_recovery(driver, config.max_recovery_runs)
-        clock.advance(job.checkpoint_config().orphan_grace_ms + 1)
+        # the grace period after the newest write (a real store stamps files with the wall clock)
+        newest = max((i.modified_ms for i in store.inner.list(f"{job.job_id}/")), default=0)
+        target = max(clock.now_ms(), newest) + job.checkpoint_config().orphan_grace_ms + 1
+        clock.advance(target - clock.now_ms())
         try:
             cycle.apply_job_retention(job, store, clock)
         except Exception as exc:
