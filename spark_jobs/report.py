@@ -35,7 +35,9 @@ def write_report(
     if not 1 <= limit <= MAX_ROWS:
         raise ValueError(f"report --limit {limit} is invalid: use 1..{MAX_ROWS} history rows")
     if not path.parent.is_dir():
-        raise ValueError(f"report --out {str(out)!r}: folder {str(path.parent)!r} does not exist; create it first")
+        raise ValueError(
+            f"report --out {str(out)!r}: folder {str(path.parent)!r} does not exist; create it first"
+        )
     stats = CheckpointStats(store, max_age_ms=0).stats(job_id)
     if not stats.rows:
         raise ValueError(
