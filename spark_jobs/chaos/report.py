@@ -102,8 +102,9 @@ def format_text(data: dict[str, Any]) -> str:
 
 
 def format_markdown(data: dict[str, Any], argv: list[str]) -> str:
-    never = [k for k in FAULT_KINDS if k not in data["faults_injected"]]
-    rows = "\n".join(f"| `{kind}` | {count} |" for kind, count in data["faults_injected"].items())
+    fired, armed = data["faults_injected"], data.get("faults_armed", {})
+    never = [k for k in FAULT_KINDS if k not in fired]
+    rows = "\n".join(f"| `{kind}` | {armed.get(kind, 0)} | {fired.get(kind, 0)} |" for kind in FAULT_KINDS)
     return (
         "# Chaos run\n\n"
         f"Command: `epochal {' '.join(argv)}`\n\n"
@@ -114,8 +115,11 @@ def format_markdown(data: dict[str, Any], argv: list[str]) -> str:
         f"p50 **{data['recovery_runs_p50']}**, max **{data['recovery_runs_max']}**\n"
         f"- faults injected (fired, not just armed): **{data['faults_total']}**\n"
         f"- wall time: {data['wall_seconds']} s ({data['seconds_per_schedule']} s per schedule)\n\n"
-        "| fault kind | fired |\n|---|---|\n"
+        "| fault kind | times armed | times fired |\n|---|---|---|\n"
         f"{rows}\n\n"
+        + "A `kill_restore_twice` fires as two `kill_restore` crashes; `zombie_coordinator` also fires as "
+        "`kill:before_metadata`; an armed S3 fault fires only when a matching request happens "
+        "(probability 0.5 per request).\n\n"
         + (f"Armed but never reached in this run: {', '.join(never)}.\n\n" if never else "")
         + (
             "Violations:\n\n" + "\n".join(f"- {v}" for v in data["violation_examples"]) + "\n"

@@ -73,6 +73,7 @@ class ScheduleResult:
     recovery_runs: int | None
     seconds: float
     notes: list[str] = field(default_factory=list)
+    armed: Counter[str] = field(default_factory=Counter)
 
 
 _REFERENCES: dict[ChaosConfig, Reference] = {}
@@ -165,7 +166,8 @@ def run_schedule(
         store.close()
     fired: Counter[str] = Counter(e.what[6:] for e in driver.events if e.what.startswith("fault:"))
     notes = [e.what for e in driver.events if e.what.startswith(("failure:", "info:"))]
-    return ScheduleResult(schedule, checker.violations, fired, recovery, time.monotonic() - started, notes)
+    seconds = time.monotonic() - started
+    return ScheduleResult(schedule, checker.violations, fired, recovery, seconds, notes, armed)
 
 
 def _marking(hook: Any, resumed: list[int]) -> Any:
@@ -181,6 +183,7 @@ class Summary:
     schedules: int = 0
     seed: int = 0
     fired: Counter[str] = field(default_factory=Counter)
+    armed: Counter[str] = field(default_factory=Counter)
     violations: list[tuple[int, Violation]] = field(default_factory=list)
     recovery_runs: list[int] = field(default_factory=list)
     seconds: float = 0.0
@@ -188,6 +191,7 @@ class Summary:
     def add(self, result: ScheduleResult) -> None:
         self.schedules += 1
         self.fired.update(result.fired)
+        self.armed.update(result.armed)
         self.violations.extend((result.schedule.seed, v) for v in result.violations)
         if result.recovery_runs is not None:
             self.recovery_runs.append(result.recovery_runs)
@@ -202,6 +206,7 @@ class Summary:
             "schedules": self.schedules,
             "seed": self.seed,
             "faults_injected": dict(sorted(self.fired.items())),
+            "faults_armed": dict(sorted(self.armed.items())),
             "faults_total": sum(self.fired.values()),
             "violations": len(self.violations),
             "violation_examples": [f"schedule {s}: {v}" for s, v in self.violations[:20]],
