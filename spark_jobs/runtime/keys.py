@@ -50,10 +50,26 @@ def key_groups(keys: pa.Array, max_parallelism: int) -> NDArray[np.int32]:
     if len(keys) == 0:
         return np.zeros(0, dtype=np.int32)
     uniques, indices = distinct_keys(keys)
-    per_unique = np.fromiter(
-        (key_group_of(k, max_parallelism) for k in uniques), dtype=np.int32, count=len(uniques)
-    )
+    cache = _KG_CACHE.setdefault(max_parallelism, {}) if CACHE_KEY_GROUPS else {}
+    if len(cache) > _KG_CACHE_LIMIT:
+        cache.clear()
+    get = cache.get
+    per_unique = np.empty(len(uniques), dtype=np.int32)
+    for i, k in enumerate(uniques):
+        kg = get(k)
+        if kg is None:
+            kg = cache[k] = key_group_of(k, max_parallelism)
+        per_unique[i] = kg
     return per_unique[indices]
+
+
+CACHE_KEY_GROUPS = True
+"""Keep the process-wide cache below (off: hash every distinct key per batch; ablation only)."""
+_KG_CACHE: dict[int, dict[Any, int]] = {}
+"""Process-wide key -> key group per max_parallelism: a warm process (in-process executor, reused
+Spark Python worker) hashes each distinct key once, not once per epoch. Only hashable keys of
+Arrow columns end up here (scalars and tuples of scalars), whose hash never changes."""
+_KG_CACHE_LIMIT = 4_000_000
 
 
 def subtasks_of_key_groups(

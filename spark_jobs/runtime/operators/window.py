@@ -6,6 +6,14 @@ partially aggregate per (key, window) with Arrow, merge into the accumulator in 
 window that already fired but is within the allowed lateness updates it and re-emits the result
 at once (Flink's default trigger with lateness). Timers at ``end - 1`` emit results; timers at
 ``end - 1 + allowed_lateness`` (the same timer when lateness is 0) clear the window's state.
+
+Tumbling and sliding windows without allowed lateness register no timers: the state itself says
+which windows are pending (an accumulator exists <=> the window has not fired, because firing
+clears it), so an index ``window start -> keys`` built from the restored state and kept up to date
+per chunk fires every window with ``end - 1 <= watermark`` when the watermark advances -- the same
+results and order as the timers, without one timer per (key, window) in every snapshot. Timers
+restored from a checkpoint written with timers still fire first (and find nothing left to emit
+for a window the index already fired, nor vice versa).
 """
 
 from __future__ import annotations
@@ -15,7 +23,15 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from spark_jobs.api.windows import Aggregates, EventTimeSessionWindows, as_aggregates
+from spark_jobs.api.windows import (
+    Aggregates,
+    Count,
+    EventTimeSessionWindows,
+    Max,
+    Min,
+    Sum,
+    as_aggregates,
+)
 from spark_jobs.runtime.keys import KeySpec
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from state_store.core.state import ValueStateDescriptor
@@ -23,6 +39,11 @@ from state_store.core.stream import MIN_TIMESTAMP
 from state_store.core.stream.timers import InternalTimer
 
 TS = "_ts"
+INDEXED_FIRING = True
+"""Fire tumbling/sliding windows without lateness from the state index instead of timers (module
+docstring). Switched off only by ``bench/ablation.py`` to measure what it gains."""
+VECTOR_MERGE = True
+"""Merge Count/Sum partials into accumulators with numpy (off: per-row merge; ablation only)."""
 
 
 def event_times(batch: pa.RecordBatch) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -48,11 +69,40 @@ class WindowOperator(KeyedOperator):
         self.acc = ValueStateDescriptor[list[Any]]("acc")
         self.sessions = ValueStateDescriptor[list[list[Any]]]("sessions")
         self.session = isinstance(assigner, EventTimeSessionWindows)
+        self.indexed = INDEXED_FIRING and not self.session and allowed_lateness_ms == 0
+        self._pending: dict[int, list[Any]] = {}
+        """Indexed mode: window start -> keys holding an accumulator for it (not fired yet)."""
         self._results: list[tuple[Any, int, int, list[Any]]] = []
         self.late_records = 0
 
     def register_states(self) -> None:
         self.backend.bulk(self.sessions if self.session else self.acc)
+
+    def open(self, ctx: Any, restored: Any) -> None:
+        super().open(ctx, restored)
+        if self.indexed:
+            self._pending = {
+                int(ns): keys for ns, keys in self.backend.keys_by_namespace(self.acc.name).items()
+            }
+
+    def process_watermark(self, timestamp: int) -> None:
+        self.timers.advance_watermark(timestamp)
+        if self.indexed:
+            self._fire_pending(timestamp)
+        self.flush_timer_output()
+        self.out.emit_watermark(timestamp)
+
+    def _fire_pending(self, watermark: int) -> None:
+        size = self.assigner.size()
+        due = sorted(ws for ws in self._pending if ws + size - 1 <= watermark)
+        if not due:
+            return
+        bulk = self.backend.bulk(self.acc)
+        for ws in due:
+            keys = self._pending.pop(ws)
+            accs = bulk.get_many(keys, namespace=ws)
+            self._results.extend((k, ws, ws + size, a) for k, a in zip(keys, accs) if a is not None)
+            bulk.clear_many(keys, namespace=ws)
 
     @property
     def watermark(self) -> int:
@@ -87,18 +137,29 @@ class WindowOperator(KeyedOperator):
         bulk = self.backend.bulk(self.acc)
         window_starts = grouped.column("_ws").to_numpy()
         keys_all = grouped.column(self.key_name).to_pylist()
-        partial_cols = [grouped.column(a.partial_column()).to_pylist() for a in self.aggs.aggregates]
+        partial_arrow = [grouped.column(a.partial_column()) for a in self.aggs.aggregates]
+        vector = _vector_partials(self.aggs, partial_arrow) if VECTOR_MERGE else None
+        partial_cols = [] if vector is not None else [c.to_pylist() for c in partial_arrow]
         for ws in np.unique(window_starts):
             idx = np.nonzero(window_starts == ws)[0]
             keys = [keys_all[i] for i in idx]
             ws_int = int(ws)
             current = bulk.get_many(keys, namespace=ws_int)
-            merged = []
-            for j, i in enumerate(idx):
-                stored = current[j]
-                acc = stored if stored is not None else self.aggs.zero()
-                merged.append(self.aggs.merge(acc, [col[i] for col in partial_cols]))
-                if current[j] is None:
+            merged = None if vector is None else _merge_vector(current, vector[idx])
+            if merged is None:
+                if not partial_cols:
+                    partial_cols = [c.to_pylist() for c in partial_arrow]
+                merged = []
+                for j, i in enumerate(idx):
+                    stored = current[j]
+                    acc = stored if stored is not None else self.aggs.zero()
+                    merged.append(self.aggs.merge(acc, [col[i] for col in partial_cols]))
+            for j, stored in enumerate(current):
+                if stored is not None:
+                    continue
+                if self.indexed:
+                    self._pending.setdefault(ws_int, []).append(keys[j])
+                else:
                     self.timers.register_event_time_timer(keys[j], ws_int, ws_int + size - 1)
                     if self.lateness:
                         self.timers.register_event_time_timer(
@@ -176,7 +237,10 @@ class WindowOperator(KeyedOperator):
             "window_start": pa.array([r[1] for r in rows], pa.int64()),
             "window_end": pa.array([r[2] for r in rows], pa.int64()),
         }
-        results = [self.aggs.results(r[3]) for r in rows]
+        if all(type(a) in _IDENTITY_RESULT for a in self.aggs.aggregates):
+            results = [r[3] for r in rows]  # result(acc) is acc: skip a call per row and aggregate
+        else:
+            results = [self.aggs.results(r[3]) for r in rows]
         for j, agg in enumerate(self.aggs.aggregates):
             columns[agg.name] = [res[j] for res in results]
         columns["_ts"] = pa.array([r[2] - 1 for r in rows], pa.int64())
@@ -187,3 +251,38 @@ class WindowOperator(KeyedOperator):
 
 
 _ = MIN_TIMESTAMP
+
+_INT_SAFE = 1 << 62
+_IDENTITY_RESULT = (Count, Sum, Min, Max)
+
+
+def _vector_partials(aggs: Aggregates, columns: list[Any]) -> np.ndarray[Any, Any] | None:
+    """The per-(key, window) partials as an int64 matrix (one column per aggregate) when every
+    aggregate is exactly ``Count`` or ``Sum`` over integers without nulls -- the case whose merge is
+    ``acc + partial`` element-wise; None otherwise (the generic per-row merge is used)."""
+    if not all(type(a) in (Count, Sum) for a in aggs.aggregates):
+        return None
+    arrays = []
+    for col in columns:
+        if col.null_count or not pa.types.is_integer(col.type):
+            return None
+        arrays.append(col.to_numpy().astype(np.int64, copy=False))
+    return np.column_stack(arrays)
+
+
+def _merge_vector(current: list[Any], partials: np.ndarray[Any, Any]) -> list[Any] | None:
+    """``acc + partial`` for every row at once (a missing accumulator is zero). None when a stored
+    accumulator is not a list of ints of the right width, or a result could leave int64's safe range
+    (Python ints never overflow; then the exact per-row merge runs instead)."""
+    width = partials.shape[1]
+    zero = [0] * width
+    try:
+        stored = np.array([c if c is not None else zero for c in current])
+    except (ValueError, OverflowError):
+        return None
+    if stored.dtype != np.int64 or stored.shape != partials.shape:
+        return None
+    if len(stored) and (np.abs(stored).max() >= _INT_SAFE or np.abs(partials).max() >= _INT_SAFE):
+        return None
+    merged: list[Any] = (stored + partials).tolist()
+    return merged

@@ -64,7 +64,10 @@ UV = TypeVar("UV")
 VOID_NAMESPACE: Any = None
 """The namespace of state that is not windowed (Flink's ``VoidNamespace``)."""
 
-_CACHE_LIMIT = 1 << 16
+_CACHE_LIMIT = 1 << 22
+_SHARED_KG_CACHE: dict[int, dict[Any, int]] = {}
+"""key -> key group per max_parallelism, shared by the backends of one process (a warm process
+hashes each key once, not once per epoch); cleared when it reaches ``_CACHE_LIMIT`` keys."""
 
 
 class NoCurrentKeyError(RuntimeError):
@@ -96,7 +99,7 @@ class KeyedStateBackend:
         self._clock = now_ms
         self._tables: dict[str, StateTable] = {}
         self._handles: dict[tuple[str, bool], Any] = {}
-        self._kg_cache: dict[Any, int] = {}
+        self._kg_cache: dict[Any, int] = _SHARED_KG_CACHE.setdefault(max_parallelism, {})
         self._key: Any = None
         self._has_key = False
         self._kg = -1
@@ -182,7 +185,20 @@ class KeyedStateBackend:
         return self._kg, (self._key, self._namespace)
 
     def _key_groups_for(self, keys: Sequence[Any], state_name: str) -> list[int]:
-        return [self._owned_key_group(key, state_name) for key in keys]
+        """Owned key group of every key (the per-key path of ``_owned_key_group``, unrolled)."""
+        get = self._kg_cache.get
+        first, last = self._range.first, self._range.last
+        out: list[int] = []
+        append = out.append
+        for key in keys:
+            try:
+                kg = get(key)
+            except TypeError:
+                kg = None
+            if kg is None or not first <= kg <= last:
+                kg = self._owned_key_group(key, state_name)
+            append(kg)
+        return out
 
     def _now(self, table: StateTable) -> int:
         if table.ttl is None or self._clock is None:
@@ -291,6 +307,17 @@ class KeyedStateBackend:
         if table is None:
             return []
         return [key for kg in sorted(table.groups) for key, ns in table.groups[kg] if ns == namespace]
+
+    def keys_by_namespace(self, state_name: str) -> dict[Any, list[Any]]:
+        """Keys holding ``state_name`` grouped by namespace, in key-group order (expiry not checked)."""
+        table = self._tables.get(state_name)
+        out: dict[Any, list[Any]] = {}
+        if table is None:
+            return out
+        for kg in sorted(table.groups):
+            for key, ns in table.groups[kg]:
+                out.setdefault(ns, []).append(key)
+        return out
 
     # -- TTL cleanup ----------------------------------------------------------------------------
     def cleanup_expired(self) -> int:

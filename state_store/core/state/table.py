@@ -54,6 +54,8 @@ def freeze(value: Any) -> Any:
         return value
     if kind is tuple:
         return tuple(freeze(v) for v in value)
+    if kind is list and all(type(v) in _IMMUTABLE for v in value):
+        return list(value)  # a flat list of scalars (e.g. a window accumulator): a shallow copy is a copy
     return copy.deepcopy(value)
 
 
