@@ -9,10 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from urllib.parse import quote
 
 from state_store.core.ports import ObjectStore
-from state_store.monitoring import CheckpointStats
+from state_store.monitoring import CheckpointRow, CheckpointStats
 from state_store.monitoring import html as render
 
 MAX_ROWS = 10_000
@@ -44,11 +43,11 @@ def write_report(
             f"job {job_id} has no checkpoints in {store.uri}: check --job and --store "
             "(see `epochal checkpoints list`)"
         )
-    dag_id = "epochal_" + job_id.replace("-", "_")
     base = airflow_url.rstrip("/") if airflow_url else None
 
-    def run_link(run_id: str) -> str | None:
-        return f"{base}/dags/{quote(dag_id)}/runs/{quote(run_id, safe='')}" if base and run_id else None
+    def run_link(row: CheckpointRow) -> str | None:
+        path = render.dag_run_path(job_id, row)
+        return f"{base}{path}" if base and path else None
 
     shown = min(limit, len(stats.rows))
     page = render.job_page(

@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from state_store.monitoring.model import CheckpointDetail, CheckpointRow, SummaryStats
 from state_store.monitoring.reader import JobStats
@@ -35,10 +36,22 @@ th{background:#f7fafc}td.n{text-align:right;font-variant-numeric:tabular-nums}
 class Links:
     """How the page links out; None from a callable means "no link"."""
 
-    run: Callable[[str], str | None] = lambda run_id: None
+    run: Callable[[CheckpointRow], str | None] = lambda row: None
     detail: Callable[[int], str | None] = lambda checkpoint_id: None
     page: Callable[[int, str | None], str | None] = lambda offset, status: None
     back: str | None = None
+
+
+def dag_run_path(job_id: str, row: CheckpointRow) -> str | None:
+    """The Airflow UI path of the DAG run that triggered ``row`` (relative to the UI root), or None.
+
+    An epoch's run id belongs to ``epochal_<job>``; a restore's to ``epochal_restore``; savepoints
+    taken outside a DAG run (request id ``savepoint-<name>``) and CLI runs (no request id) have none.
+    """
+    if not row.run_id or row.run_id.startswith("savepoint-"):
+        return None
+    dag_id = "epochal_restore" if row.restored_from else "epochal_" + job_id.replace("-", "_")
+    return f"/dags/{quote(dag_id)}/runs/{quote(row.run_id, safe='')}"
 
 
 def fmt_ms(ms: int | None) -> str:
@@ -214,7 +227,7 @@ def history_table(rows: Sequence[CheckpointRow], links: Links) -> str:
             f"<td class='n'>{r.acked}/{r.expected}</td><td class='n'>{_e(fmt_bytes(r.state_size))}</td>"
             f"<td class='n'>{_e(fmt_bytes(r.incremental_size))}</td>"
             f"<td class='n'>{_e(fmt_duration(r.alignment_ms) if r.alignment_ms is not None else 'n/a')}</td>"
-            f"<td>{_a(links.run(r.run_id), r.run_id, top=True) if r.run_id else '-'}</td>"
+            f"<td>{_a(links.run(r), r.run_id, top=True) if r.run_id else '-'}</td>"
             f'<td title="{_e(r.validation_detail)}">{_e(r.validation)}</td></tr>'
         )
     return f'<table class="history">{head}{"".join(body)}</table>'

@@ -137,14 +137,13 @@ def create_app(
 
     def links(request: Request, job_id: str, limit: int) -> render.Links:
         root = base(request)
-        dag_id = dag_id_for(job_id)
 
         def page(offset: int, status: str | None) -> str:
             query = {"offset": offset, "limit": limit, **({"status": status} if status else {})}
             return f"{root}/checkpoints/{quote(job_id)}?{urlencode(query)}"
 
         return render.Links(
-            run=lambda run_id: f"/dags/{quote(dag_id)}/runs/{quote(run_id, safe='')}",
+            run=lambda row: render.dag_run_path(job_id, row),
             detail=lambda n: f"{root}/checkpoints/{quote(job_id)}/{n}",
             page=page,
             back=f"{root}/checkpoints/{quote(job_id)}",

@@ -65,3 +65,16 @@ def test_overview_counts_add_up_and_name_the_latest_of_each_kind() -> None:
     assert o.latest_failure is not None and o.latest_failure.reason.startswith("CHECKPOINT_DECLINED")
     assert o.latest_restore is not None and o.latest_restore.restored_from == "file:///sp"
     assert o.highest_id == 5 and o.generation == 2
+
+
+def test_dag_run_links_point_at_the_dag_that_made_the_checkpoint() -> None:
+    from state_store.monitoring.html import dag_run_path
+
+    assert dag_run_path(
+        "click-stream", row(1, "completed", run_id="scheduled__2026-01-01T00:00:00+00:00")
+    ) == ("/dags/epochal_click_stream/runs/scheduled__2026-01-01T00%3A00%3A00%2B00%3A00")
+    assert dag_run_path("j", row(2, "completed", run_id="manual__x", restored_from="file:///sp")) == (
+        "/dags/epochal_restore/runs/manual__x"
+    )
+    assert dag_run_path("j", row(3, "completed", run_id="savepoint-nightly", savepoint=True)) is None
+    assert dag_run_path("j", row(4, "completed", run_id="")) is None
