@@ -73,7 +73,7 @@ class Event:
 
 class Driver:
     def __init__(self, job: Job, store: ChaosStore, clock: ManualClock, rng: random.Random, retry_bias: float,
-                 monitor: Callable[[], None] = lambda: None, max_actions: int = 14) -> None:  # fmt: skip
+                 monitor: Callable[[], None] = lambda: None, max_actions: int = 60) -> None:  # fmt: skip
         self.job, self.store, self.clock, self.rng = job, store, clock, rng
         self.retry_bias, self.monitor, self.max_actions = retry_bias, monitor, max_actions
         self.events: list[Event] = []

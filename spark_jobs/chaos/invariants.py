@@ -143,9 +143,10 @@ class Checker:
                     ids.add(checkpoint_id)
         return sorted(ids)
 
-    def in_flight_refs(self) -> dict[int, set[str]]:
+    def in_flight_refs(self, ids: list[int] | None = None) -> dict[int, set[str]]:
+        """Files named by the acks of ``ids`` (default: the undecided checkpoints)."""
         refs: dict[int, set[str]] = {}
-        for checkpoint_id in self.undecided_ids():
+        for checkpoint_id in self.undecided_ids() if ids is None else ids:
             keys: set[str] = set()
             for info in self.store.list(self.layout.acks_prefix(checkpoint_id)):
                 try:
@@ -244,8 +245,10 @@ class Checker:
         return out
 
     def check_orphans(self) -> None:
-        retained = self.retained_ids() | self.unreadable_ids()
+        unreadable = self.unreadable_ids()
+        retained = self.retained_ids() | unreadable
         in_flight = self.in_flight_refs()
+        in_flight |= self.in_flight_refs(sorted(unreadable - set(in_flight)))  # kept with their folder
         metas = completed_metadata(self.store, self.job.job_id, self._meta_cache)
         referenced = {h.key for i in retained if i in metas for h in metas[i].handles}
         referenced |= {k for keys in in_flight.values() for k in keys}
