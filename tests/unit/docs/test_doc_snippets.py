@@ -27,6 +27,7 @@ import re
 import shlex
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -258,13 +259,29 @@ def _run_python(path: Path, tmp: Path) -> list[str]:
     return []
 
 
+def _run_document(path: Path, tmp: Path) -> list[str]:
+    (tmp / "sh").mkdir()
+    (tmp / "sh" / ".venv").symlink_to(sys.prefix)  # the docs say `source .venv/bin/activate`
+    (tmp / "py").mkdir()
+    return _run_shell(path, tmp / "sh") + _run_python(path, tmp / "py")
+
+
+@pytest.fixture(scope="module")
+def snippet_results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, list[str]]:
+    """Every document's snippets, two documents at a time (each is one sequential session; the
+    documents are independent, so this halves the wall time on two cores)."""
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        futures = {
+            rel(p): pool.submit(_run_document, p, tmp_path_factory.mktemp(p.stem))
+            for p in sorted(DOCS, key=lambda p: -len(p.read_text()))  # the longest first
+        }
+        return {doc: future.result() for doc, future in futures.items()}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("path", DOCS, ids=DOC_IDS)
-def test_snippets_run(path: Path, tmp_path: Path) -> None:
-    (tmp_path / "sh").mkdir()
-    (tmp_path / "sh" / ".venv").symlink_to(sys.prefix)  # docs say `source .venv/bin/activate`
-    (tmp_path / "py").mkdir()
-    problems = _run_shell(path, tmp_path / "sh") + _run_python(path, tmp_path / "py")
+def test_snippets_run(path: Path, snippet_results: dict[str, list[str]]) -> None:
+    problems = snippet_results[rel(path)]
     assert not problems, "\n\n".join(problems)
 
 
