@@ -40,11 +40,14 @@ def _manual_runs() -> list[tuple[str, set[str]]]:
 
 def test_the_makefile_command_line_starts_the_demo(tmp_path: Path) -> None:
     recipe = makefile_targets()["demo"].strip()
-    assert recipe == "PYTHONPATH=plugins:. $(BIN)/python -m epochal_airflow.demo", recipe
+    assert "$(BIN)/python -m epochal_airflow.demo" in recipe, recipe
     words = shlex.split(recipe.replace("$(BIN)/python", sys.executable))
-    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": "plugins:."}
+    env = {"PATH": "/usr/bin:/bin"}
+    while "=" in words[0]:  # VAR=value prefixes of the recipe
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
     result = subprocess.run(
-        [*words[1:], "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+        [*words, "--help"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
     )
     assert result.returncode == 0, result.stderr
     assert "--executor" in result.stdout and "--fail-epoch" in result.stdout
