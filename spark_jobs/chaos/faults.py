@@ -69,7 +69,7 @@ def arm(event: FaultEvent, driver: Driver, plan: TickPlan) -> None:
     elif kind == "disk_full":
         store.arm(Fault("disk_full", WRITES, rng.choice(DOC_GLOBS + DATA_GLOBS), times=rng.randint(1, 2)))
     elif kind in ("kill_restore", "kill_restore_twice"):
-        store.arm_restore_crash(rng.choice(STATE_GLOBS), 2 if kind == "kill_restore_twice" else 1)
+        store.arm_restore_crash(rng.choice(STATE_GLOBS), 2 if kind == "kill_restore_twice" else 1, kind)
     elif kind == "gx_failure":
         plan.gate_failures += 1
     elif kind == "duplicate_ack":

@@ -116,8 +116,7 @@ def format_markdown(data: dict[str, Any], argv: list[str]) -> str:
         f"- faults injected (fired, not just armed): **{data['faults_total']}**\n"
         f"- wall time: {data['wall_seconds']} s ({data['seconds_per_schedule']} s per schedule)\n\n"
         "| fault kind | times armed | times fired |\n|---|---|---|\n"
-        f"{rows}\n\n"
-        + "A `kill_restore_twice` fires as two `kill_restore` crashes; `zombie_coordinator` also fires as "
+        f"{rows}\n\n" + "A `kill_restore_twice` fires twice per arming; `zombie_coordinator` also fires as "
         "`kill:before_metadata`; an armed S3 fault fires only when a matching request happens "
         "(probability 0.5 per request).\n\n"
         + (f"Armed but never reached in this run: {', '.join(never)}.\n\n" if never else "")

@@ -62,9 +62,9 @@ class ChaosStore:
         with self._lock:
             self._resets.append([glob, times])
 
-    def arm_restore_crash(self, glob: str, times: int) -> None:
+    def arm_restore_crash(self, glob: str, times: int, label: str = "restore_crash") -> None:
         with self._lock:
-            self._restore_crashes.append([glob, times])
+            self._restore_crashes.append([glob, times, label])
 
     def disarm(self) -> None:
         self.faulty.disarm()
@@ -80,13 +80,13 @@ class ChaosStore:
             self.fired = []
         return fired
 
-    def _take(self, rules: list[list[Any]], key: str) -> bool:
+    def _take(self, rules: list[list[Any]], key: str) -> list[Any] | None:
         with self._lock:
             for rule in rules:
                 if rule[1] != 0 and fnmatch.fnmatchcase(key, rule[0]):
                     rule[1] -= 1
-                    return True
-        return False
+                    return rule
+        return None
 
     def _before(self, op: str, key: str) -> None:
         if self._take(self._resets, key):
@@ -97,9 +97,10 @@ class ChaosStore:
     # -- the port ---------------------------------------------------------------------------
     def get(self, key: str) -> ObjectData:
         self._before("get", key)
-        if self._take(self._restore_crashes, key):
+        rule = self._take(self._restore_crashes, key)
+        if rule is not None:
             with self._lock:
-                self.fired.append(("get", key, "restore_crash"))
+                self.fired.append(("get", key, rule[2]))
             raise RestoreCrash(key)
         return self.faulty.get(key)
 

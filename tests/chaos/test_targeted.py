@@ -210,7 +210,7 @@ def test_a_great_expectations_failure_after_pre_commit_aborts_the_sink_and_keeps
 def test_kill_during_restore_and_during_the_second_restore(retry_bias: float) -> None:
     schedule = Schedule(5, CONFIG.ticks, (FaultEvent(1, "kill_restore_twice", 5),), retry_bias)
     result = run_schedule(schedule, CONFIG)
-    assert result.fired["kill_restore"] == 2, result.fired
+    assert result.fired["kill_restore_twice"] == 2, result.fired
     assert not result.violations, [str(v) for v in result.violations]
 
 

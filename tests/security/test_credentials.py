@@ -84,12 +84,9 @@ def test_no_credentials_in_cli_output_or_errors(
     monkeypatch.setenv("AWS_DEFAULT_REGION", server.region)
     uri = server.uri("cli", "jobs")
     outputs = []
-    code, text = _cli(["run", "--job", "clickstream", "--store", uri, "--epochs", "2", "--executor", "local",
+    code, text = _cli(["run", "--job", "clickstream", "--store", uri, "--epochs", "1", "--executor", "local",
                        "--time-step-ms", "10000", "--json"], capsys)  # fmt: skip
     assert code == 0 and '"completed"' in text, text[-400:]
-    outputs.append(text)
-    code, text = _cli(["checkpoints", "list", "--job", "clickstream", "--store", uri, "--json"], capsys)
-    assert code == 0 and '"checkpoint_id"' in text
     outputs.append(text)
     wrong_secret = "wrong-" + server.secret_key[::-1]
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", wrong_secret)
