@@ -34,7 +34,7 @@ from spark_jobs.sinks import read_committed
 from state_store.core import JobLayout, checkpoint_history
 from state_store.testing.seaweedfs import SeaweedFSServer
 from tests.integration.airflow.support import AIRFLOW_BIN, ROOT, airflow_environment, dags_test, logical_date
-from tests.integration.cluster.standalone import StandaloneCluster, java_missing_reason
+from tests.integration.cluster.standalone import FAST_JVM, StandaloneCluster, java_missing_reason
 from tests.unit.runtime.support import SINK, STEP_MS, committed_rows, cycle, new_clock, small_job
 
 pytestmark = pytest.mark.integration
@@ -47,6 +47,8 @@ SPARK_CONF = [
     "spark.cores.max=2",
     "spark.ui.enabled=false",
     "spark.task.maxFailures=1",  # a lost executor fails the epoch: recovery is the next DAG run's
+    f"spark.driver.extraJavaOptions={FAST_JVM}",
+    f"spark.executor.extraJavaOptions={FAST_JVM}",
 ]
 
 
