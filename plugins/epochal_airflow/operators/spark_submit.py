@@ -113,6 +113,13 @@ class SparkSubmitEpochOperator(SparkSubmitOperator):
                 f"Spark connection {self.spark_conn_id!r} asks for deploy-mode cluster: run_epoch needs "
                 "client mode (the driver runs in the Airflow worker); remove deploy-mode from its extras"
             )
+        if self._credential_env and (self._hook._is_yarn or self._hook._is_kubernetes):
+            # the provider would put them on the spark-submit command line (appMasterEnv/driverEnv)
+            raise AirflowException(
+                f"store connection {self.store_conn_id!r} has keys but Spark connection "
+                f"{self.spark_conn_id!r} is YARN/Kubernetes, where they would reach the command line: give "
+                "the cluster its own storage credentials (instance role, secret) and drop the keys"
+            )
         super().execute(context)
         master = self._hook._connection["master"] if self._hook is not None else "?"
         fields = {"checkpoint_id": n, "try_number": context["ti"].try_number, "master": master}

@@ -182,3 +182,20 @@ def test_spark_submit_refuses_cluster_deploy_mode_with_the_remedy(
     with pytest.raises(Exception, match=r"needs client mode.*remove deploy-mode"):
         op.execute({"ti": ti, "data_interval_end": pendulum.datetime(2024, 1, 1, tz="UTC")})
     assert not recording_spark_submit.exists()  # nothing was submitted
+
+
+def test_spark_submit_refuses_to_put_keys_on_a_yarn_command_line(
+    recording_spark_submit: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AIRFLOW_CONN_EPOCHAL_SPARK", json.dumps({"conn_type": "spark", "host": "yarn"}))
+    op = SparkSubmitEpochOperator(
+        task_id="run_epoch",
+        job="clickstream",
+        store_uri="s3://bucket/jobs",
+        store_conn_id="epochal_s3",
+        spark_conn_id="epochal_spark",
+    )
+    ti: Any = SimpleNamespace(xcom_pull=lambda task_ids: {"checkpoint_id": 1}, try_number=1)
+    with pytest.raises(Exception, match=r"YARN/Kubernetes.*drop the keys"):
+        op.execute({"ti": ti, "data_interval_end": pendulum.datetime(2024, 1, 1, tz="UTC")})
+    assert not recording_spark_submit.exists()
