@@ -199,3 +199,40 @@ def test_spark_submit_refuses_to_put_keys_on_a_yarn_command_line(
     with pytest.raises(Exception, match=r"YARN/Kubernetes.*drop the keys"):
         op.execute({"ti": ti, "data_interval_end": pendulum.datetime(2024, 1, 1, tz="UTC")})
     assert not recording_spark_submit.exists()
+
+
+class _Executors:
+    """The driver's view the watchdog polls (``sc._jsc.sc().getExecutorIds().mkString(",")``)."""
+
+    def __init__(self, ids: list[str]) -> None:
+        self.ids, self.cancelled = ids, 0
+
+    def mkString(self, sep: str) -> str:  # Scala's name
+        return sep.join(self.ids)
+
+
+def _spark(executors: _Executors) -> Any:
+    sc = SimpleNamespace(cancelAllJobs=lambda: setattr(executors, "cancelled", executors.cancelled + 1))
+    sc._jsc = SimpleNamespace(sc=lambda: SimpleNamespace(getExecutorIds=lambda: executors))
+    return SimpleNamespace(sparkContext=sc)
+
+
+def test_executor_loss_watchdog_cancels_the_epoch_and_names_the_lost_executors() -> None:
+    import time
+
+    from spark_jobs.jobs.watchdog import ExecutorLossWatchdog
+
+    executors = _Executors(["0", "1"])
+    with ExecutorLossWatchdog(_spark(executors), interval_s=0.01) as watchdog:
+        time.sleep(0.05)
+        assert executors.cancelled == 0 and watchdog.error() is None  # nothing lost yet
+        executors.ids = ["1", "2"]  # 0 died; 2 is new
+        deadline = time.monotonic() + 5
+        while not executors.cancelled and time.monotonic() < deadline:
+            time.sleep(0.01)
+    assert executors.cancelled == 1 and watchdog.lost == {"0"}
+    assert "executor(s) 0 lost mid-epoch" in str(watchdog.error())
+    local = _Executors([])  # local[*]: no executors besides the driver -> inert
+    with ExecutorLossWatchdog(_spark(local), interval_s=0.01):
+        time.sleep(0.05)
+    assert local.cancelled == 0
