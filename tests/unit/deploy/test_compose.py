@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import tomllib
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pytest
@@ -120,6 +121,31 @@ def test_project_code_is_mounted_where_airflow_and_the_editable_install_look(
     assert "./spark_jobs:/opt/epochal/spark_jobs:ro" in services["spark-worker"]["volumes"]  # executors
     for host in ("dags/epochal_jobs.py", "plugins/epochal_airflow/dag_factory.py", "spark_jobs/cli.py"):
         assert (ROOT / host).is_file(), host
+    assert "PYTHONPATH=/opt/epochal/plugins:/opt/epochal" in _dockerfile()
+
+
+def test_the_spark_submit_path_finds_run_epoch_inside_the_containers(services: dict[str, Any]) -> None:
+    """SparkSubmitEpochOperator submits the file RUN_EPOCH, found relative to its own module: in the
+    container that module lives under the plugins mount, so the path must land in a mounted copy of
+    spark_jobs/jobs/run_epoch.py."""
+    from epochal_airflow.operators import spark_submit
+
+    module = Path(spark_submit.__file__).resolve()
+    target = Path(spark_submit.RUN_EPOCH).resolve().relative_to(ROOT)  # spark_jobs/jobs/run_epoch.py
+    up = len(module.relative_to(ROOT).parts) - 1  # RUN_EPOCH = module.parents[up] / target on the host
+    for name in ("airflow-scheduler", "epochal-init"):
+        mounts = {m.split(":")[1]: m.split(":")[0] for m in services[name]["volumes"]}
+        plugins_in_container = PurePosixPath(next(c for c, h in mounts.items() if h == "./plugins"))
+        module_in_container = plugins_in_container / module.relative_to(ROOT / "plugins").as_posix()
+        run_epoch_in_container = module_in_container.parents[up] / target.as_posix()
+        host = next(
+            (ROOT / h / run_epoch_in_container.relative_to(c)
+             for c, h in mounts.items() if run_epoch_in_container.is_relative_to(c)),
+            None,
+        )  # fmt: skip
+        assert host is not None and host.resolve() == Path(spark_submit.RUN_EPOCH).resolve(), (
+            f"{name}: run_epoch.py resolves to {run_epoch_in_container}, which no mount provides"
+        )
 
 
 def _config_env_names() -> set[str]:
