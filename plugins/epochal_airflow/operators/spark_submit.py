@@ -10,6 +10,12 @@ Storage settings reach the executors through Spark conf only, never through file
   command line, not a templated field, not an XCom); ``run_epoch.py`` forwards them to the executors
   as ``spark.executorEnv.*`` conf and extends ``spark.redaction.regex`` so Spark redacts them too.
 
+Cluster requirements: the executors' Python (``spark.pyspark.python``, default this worker's
+interpreter -- override with ``EPOCHAL_SPARK_CONF`` when the cluster's differs) must import
+``spark_jobs``, ``state_store`` and the job's module (install Epochal on the workers, or set
+``spark.executorEnv.PYTHONPATH``). YARN/Kubernetes masters with store keys are refused (the provider
+would put the keys on the command line), and so is ``deploy-mode cluster``.
+
 Invariant: a retried task is a new ``spark-submit``, i.e. a new attempt of the same checkpoint that
 restores from the latest completed checkpoint (earlier attempts' acks are fenced).
 """
