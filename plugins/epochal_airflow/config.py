@@ -24,6 +24,7 @@ the accepted forms; nothing here reads storage or the network.
 
 from __future__ import annotations
 
+import difflib
 import os
 import re
 from dataclasses import dataclass, field
@@ -31,6 +32,16 @@ from datetime import timedelta
 from typing import Any
 
 EXECUTORS = ("spark", "local", "spark-submit")
+KEYS = (
+    "EPOCHAL_JOBS",
+    "EPOCHAL_STORE_URI",
+    "EPOCHAL_STORE_CONN_ID",
+    "EPOCHAL_EXECUTOR",
+    "EPOCHAL_SPARK_CONN_ID",
+    "EPOCHAL_SPARK_CONF",
+    "EPOCHAL_SCHEDULE",
+    "EPOCHAL_RESTART",
+)
 _SECRET_CONF = re.compile(r"secret|password|token|access[._]?key|credential", re.IGNORECASE)
 
 
@@ -124,6 +135,18 @@ def parse_schedule(text: str) -> str | None:
     return value
 
 
+def check_for_typos(env: dict[str, str]) -> None:
+    """Refuse an ``EPOCHAL_*`` variable that is a near miss of a setting (``EPOCHAL_EXECUTER``): it
+    would silently leave the setting at its default. Other ``EPOCHAL_*`` variables (the fault kit's,
+    the deployment's) are not this module's business and pass."""
+    for name in env:
+        if not name.startswith("EPOCHAL_") or name in KEYS:
+            continue
+        close = difflib.get_close_matches(name, KEYS, n=1, cutoff=0.85)
+        if close:
+            raise EpochalConfigError(f"{name} is not an Epochal setting: did you mean {close[0]}?")
+
+
 @dataclass(frozen=True)
 class EpochalSettings:
     jobs: tuple[str, ...]
@@ -144,6 +167,7 @@ class EpochalSettings:
         from spark_jobs.examples import EXAMPLES
 
         e = dict(os.environ if env is None else env)
+        check_for_typos(e)
         home = e.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
         jobs = tuple(
             j.strip() for j in e.get("EPOCHAL_JOBS", ",".join(sorted(EXAMPLES))).split(",") if j.strip()

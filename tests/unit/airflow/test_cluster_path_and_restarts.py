@@ -236,3 +236,9 @@ def test_executor_loss_watchdog_cancels_the_epoch_and_names_the_lost_executors()
     with ExecutorLossWatchdog(_spark(local), interval_s=0.01):
         time.sleep(0.05)
     assert local.cancelled == 0
+
+
+def test_a_near_miss_of_a_setting_is_refused_other_epochal_variables_pass() -> None:
+    with pytest.raises(EpochalConfigError, match="EPOCHAL_EXECUTER is not an Epochal setting: did you mean"):
+        settings(EPOCHAL_EXECUTER="local")
+    assert settings(EPOCHAL_FAULT="after_ack@3", EPOCHAL_SNAPSHOT_ROOTS="/x").executor == "spark"
