@@ -87,7 +87,7 @@ def run_epochal(
     job = build_window_job(spec, store_uri, job_id, max_records=per_partition)
     store = open_store(store_uri)
     clock = ManualClock(1_000_000)
-    rows = []
+    rows: list[dict[str, Any]] = []
     began = time.perf_counter()
     for _ in range(n_epochs):
         clock.advance(1_000)

@@ -32,7 +32,7 @@ def run(keys: int, epochs: int, fraction: float = 0.01) -> dict[str, Any]:
     store = open_store(uri)
     job = build_job(keys=keys, fraction=fraction, step_ms=STEP_MS)
     clock = ManualClock(DEFAULT_START_MS)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for _ in range(epochs):
         clock.advance(STEP_MS)
         t0 = time.perf_counter()

@@ -25,6 +25,7 @@ coordinator, and its sink files are never listed in a commit.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -34,6 +35,7 @@ import pyarrow as pa
 
 from spark_jobs.api.graph import Stage, Step
 from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.keys import key_column, key_groups, split_by, subtasks_of_key_groups
 from spark_jobs.runtime.messages import Message, from_message, to_message
 from spark_jobs.runtime.operators.async_io import AsyncEnrichOperator
@@ -197,7 +199,9 @@ class SubtaskRunner:
         self.rows_in = 0
         self.rows_out = 0
         self.side_dropped: dict[str, int] = {}
-        self._wire()
+        self.timing: dict[str, float] = {"restore_s": 0.0, "snapshot_sync_s": 0.0, "upload_wait_s": 0.0}
+        with gc_paused():  # restore: many long-lived objects, no cyclic garbage (gcpause docstring)
+            self._wire()
 
     # -- construction --------------------------------------------------------------------------
     def _operator(self, step: Step) -> Operator:
@@ -235,10 +239,12 @@ class SubtaskRunner:
             self.ops[-1].output = _Exit(self)
         for op in self.ops:
             restored = None
+            began = time.perf_counter()
             if op.stateful and op.uid:
                 restored, base = read_operator_restore(self.store, self.metadata, op.uid, self.key_groups)
                 self.base_files[op.uid] = base
             op.open(self.ctx, restored)
+            self.timing["restore_s"] += time.perf_counter() - began
         if self.sink_step is not None:
             self._open_sink(self.sink_step.uid or "", self.sink_step.spec["sink"])
         for uid, spec in self.side_sinks.values():
@@ -332,6 +338,7 @@ class SubtaskRunner:
         if checkpoint_id != self.plan.checkpoint_id or self.snapshot_taken:
             return
         self.snapshot_taken = True
+        began = time.perf_counter()
         for op in self.ops:
             op.prepare_snapshot_pre_barrier(checkpoint_id)
         snapshots = {op.uid: op.snapshot(checkpoint_id) for op in self.ops if op.stateful and op.uid}
@@ -341,6 +348,7 @@ class SubtaskRunner:
             self.txns[uid] = sink.begin_transaction(
                 checkpoint_id + 1, self.subtask, self.plan.attempt, self.plan.generation
             )
+        self.timing["snapshot_sync_s"] += time.perf_counter() - began
         self._broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
         for uid, snap in snapshots.items():
             self.uploads[uid] = self.pool.submit(
@@ -357,10 +365,12 @@ class SubtaskRunner:
         """Wait for the uploads, then write one ack (or decline) per stateful operator and sink."""
         n, gen, attempt = self.plan.checkpoint_id, self.plan.generation, self.plan.attempt
         summaries: list[dict[str, Any]] = []
+        began = time.perf_counter()
         try:
             written = {uid: f.result() for uid, f in self.uploads.items()}
         finally:
             self.pool.shutdown(wait=True)
+        self.timing["upload_wait_s"] += time.perf_counter() - began
         if self.declined is not None or not self.snapshot_taken:
             reason = self.declined or "CHECKPOINT_DECLINED_TASK_NOT_READY"
             for uid in self.expected_uids():
@@ -389,6 +399,7 @@ class SubtaskRunner:
                         "bytes_written": w.bytes_written,
                         "files_written": w.files_written,
                         "state_files": len(w.handles),
+                        **{k: round(v, 6) for k, v in self.timing.items()},
                         **metrics.get(op.uid, {}),
                     },
                     snapshot=snapshot,
@@ -461,6 +472,11 @@ class SourceSubtask(SubtaskRunner):
         return None if self.max_ts is None else self.max_ts - self.ooo - 1
 
     def run(self) -> Iterator[Any]:
+        with gc_paused():
+            out = self._run()
+        yield from out
+
+    def _run(self) -> list[Any]:
         start, end = topo.source_position(self.plan, self.source_uid, self.partition)
         restored_wm = self._watermark()
         if restored_wm is not None:
@@ -501,7 +517,7 @@ class SourceSubtask(SubtaskRunner):
                     },
                 )
             )
-        yield from self.outbox if self.consumer is not None else summaries
+        return list(self.outbox) if self.consumer is not None else summaries
 
 
 class _ChannelState:
@@ -528,6 +544,11 @@ class KeyedSubtask(SubtaskRunner):
     """
 
     def run(self, messages: Iterable[tuple[int, Message]]) -> Iterator[Any]:
+        with gc_paused():
+            out = self._run(messages)
+        yield from out
+
+    def _run(self, messages: Iterable[tuple[int, Message]]) -> list[Any]:
         self.channel_state = _ChannelState()
         self._replay_channel_state()
         n_channels = topo.num_channels(self.stages, self.stage, self.job)
@@ -558,7 +579,7 @@ class KeyedSubtask(SubtaskRunner):
             elif isinstance(item, (Watermark, StreamStatus)):
                 valves[input_of[channel]].input(item, local[channel])
         summaries = self.acknowledge()
-        yield from self.outbox if self.consumer is not None else summaries
+        return list(self.outbox) if self.consumer is not None else summaries
 
     def _anchor(self) -> str:
         return self.expected_uids()[0]
