@@ -44,7 +44,7 @@ BUCKET = "epochal-cluster"
 SPARK_CONF = [
     f"spark.executorEnv.PYTHONPATH={ROOT}",  # the test's job module, importable on the executors
     "spark.executor.memory=512m",
-    "spark.cores.max=2",
+    "spark.cores.max=1",  # one Python worker: its imports are paid once, not twice in parallel
     "spark.ui.enabled=false",
     "spark.task.maxFailures=1",  # a lost executor fails the epoch: recovery is the next DAG run's
     f"spark.driver.extraJavaOptions={FAST_JVM}",
@@ -58,7 +58,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StandaloneClus
     if reason:
         print(f"SKIPPED Spark standalone cluster test: {reason}")
         pytest.skip(reason)
-    started = StandaloneCluster(tmp_path_factory.mktemp("spark"), worker_cores=2, worker_memory="1g").start()
+    started = StandaloneCluster(tmp_path_factory.mktemp("spark"), worker_cores=1, worker_memory="1g").start()
     try:
         yield started
     finally:
