@@ -280,9 +280,20 @@ def notify_epoch_complete(
 def apply_job_retention(
     job: Job, store: ObjectStore, clock: Clock, *, kill: KillSwitch = NO_KILL
 ) -> RetentionPlan:
-    """Step 5: checkpoint retention, then the sinks' orphan sweep (same grace period)."""
-    from spark_jobs.sinks.sweep import sweep_job_sinks
+    """Step 5: checkpoint retention, then the sinks' orphan sweep (same grace period).
 
+    The monitoring history archive is written first, so the rows of the checkpoints retention deletes
+    outlive their folders; archiving is best effort: a failure is logged and retention runs anyway
+    (see ``state_store.monitoring.archive``)."""
+    import logging
+
+    from spark_jobs.sinks.sweep import sweep_job_sinks
+    from state_store.monitoring.archive import archive_history
+
+    try:
+        archive_history(store, job.job_id)
+    except Exception as exc:  # monitoring must never fail or block retention
+        logging.getLogger(__name__).warning("checkpoint history of job %s not archived: %s", job.job_id, exc)
     config = job.checkpoint_config()
     plan = apply_retention(store, job.job_id, config, clock, kill=kill)
     grace_ms = config.orphan_grace_ms

@@ -17,6 +17,8 @@
     <job_id>/pins/<n:010d>.json                  keeps checkpoint n from retention
     <job_id>/savepoints/<name>/_metadata.json
     <job_id>/sinks/<sink_uid>/txn-<n:010d>/...
+    <job_id>/history/seg-<first:08d>-<last:08d>.json   monitoring's checkpoint history archive
+                                                       (state_store.monitoring.archive)
 
 Acks and declines carry generation and attempt in their name (DESIGN had ``<subtask>.json``):
 a zombie (older attempt or generation) and its successor must both be able to write, each is then
@@ -172,6 +174,17 @@ class JobLayout:
     def sink_txn_dir(self, sink_uid: str, checkpoint_id: int) -> str:
         validate_name("sink uid", sink_uid)
         return f"{self.job_id}/sinks/{sink_uid}/txn-{checkpoint_id:010d}/"
+
+    @property
+    def history_prefix(self) -> str:
+        """The checkpoint history archive (``state_store.monitoring.archive``); never read by the protocol."""
+        return f"{self.job_id}/history/"
+
+    def history_segment(self, first_seq: int, last_seq: int) -> str:
+        """The immutable archive segment holding the rows of archive writes ``first_seq..last_seq``."""
+        if not 1 <= first_seq <= last_seq < 10**8:
+            raise ValueError(f"history segment {first_seq}-{last_seq} is out of range 1..99999999")
+        return f"{self.history_prefix}seg-{first_seq:08d}-{last_seq:08d}.json"
 
     def checkpoint_id_of(self, key: str) -> int | None:
         """The checkpoint id of a key inside ``checkpoints/chk-<n>/``, else None."""

@@ -8,8 +8,9 @@ move to another Airflow. Invariants:
   ``_metadata.json`` (the commit point), ``failed`` iff its decision is ABORT, ``in_progress`` iff no
   decision exists, ``completing`` iff it was decided COMPLETE but ``_metadata.json`` is not written yet.
 * ``Overview`` counts add up: ``triggered == in_progress + completing + completed + failed + unreadable``
-  over the checkpoints still in storage (retention removes old ones; ``highest_id`` is the id
-  high-water mark, which retention never removes).
+  over the checkpoints in the history: those still in storage plus those whose rows the history
+  archive kept after retention deleted their folders (``state_store.monitoring.archive``);
+  ``highest_id`` is the id high-water mark, which retention never removes.
 * ``SummaryStats`` uses nearest-rank percentiles over completed checkpoints only: ``p50``/``p99`` are
   values that occurred, and ``min <= p50 <= p99 <= max``.
 """

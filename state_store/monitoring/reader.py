@@ -17,8 +17,17 @@ documents of checkpoints that are new or changed since the previous scan:
    after the highest one; checkpoints that retention deleted leave the history at the next full
    listing (the default, 0, lists everything every time).
 
+5. the job's history archive (``<job>/history/``, see :mod:`state_store.monitoring.archive`) is read
+   first (its segments are immutable and cached by key and version): its rows cover checkpoints that
+   retention already deleted, and a live folder whose listing equals the archived one reuses the
+   archived row without a read. A live folder's row wins over the archived one for the same id. With
+   ``full_relist_ms`` > 0 a cold start does not list the whole history either: it takes the archive's
+   rows as its listing and lists only the folders that can change (the archive's open ids, the
+   ``recent`` newest) and the new ids after the archive's highest one; the first full listing happens
+   ``full_relist_ms`` later (in the background).
+
 Invariant: a cached answer equals a cold scan of the same storage (the cache is only keyed by what
-the listing shows; tests compare both). Nothing is ever written.
+the listing and the archive show; tests compare both). Nothing is ever written.
 """
 
 from __future__ import annotations
@@ -30,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from state_store.core import documents
 from state_store.core.codec import ManifestError
@@ -48,6 +57,9 @@ from state_store.core.manifests import (
     TaskSnapshot,
 )
 from state_store.core.ports import ObjectNotFound, ObjectStore
+
+if TYPE_CHECKING:
+    from state_store.monitoring.archive import ArchiveView
 from state_store.monitoring.model import (
     STATUSES,
     CheckpointDetail,
@@ -75,11 +87,15 @@ class _Listed:
     docs: dict[str, str] = field(default_factory=dict)  # name -> version
     acks: dict[int, int] = field(default_factory=dict)  # attempt -> ack count
     attempts: int = 0
+    fixed_token: str = ""  # set for an entry taken from the history archive (no listing behind it)
 
     def token(self) -> str:
+        """A digest of what the listing shows (the archive stores it with each row)."""
+        if self.fixed_token:
+            return self.fixed_token
         parts = [f"{k}={v}" for k, v in sorted(self.docs.items())]
         parts += [f"a{a}={n}" for a, n in sorted(self.acks.items())] + [f"t={self.attempts}"]
-        return "|".join(parts)
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +169,7 @@ class CheckpointStats:
         self._refreshing: set[str] = set()
         self._rows: dict[str, dict[int, tuple[str, CheckpointRow]]] = {}
         self._jobs: OrderedDict[str, tuple[float, JobStats]] = OrderedDict()
+        self._segments: dict[tuple[str, str], Any] = {}  # archive segments by (key, version)
 
     # -- public ----------------------------------------------------------------------------
     def stats(self, job_id: str, *, wait: bool = False) -> JobStats:
@@ -226,22 +243,37 @@ class CheckpointStats:
         return _detail(self.store, layout, row)
 
     # -- scanning --------------------------------------------------------------------------
-    def _listing(self, layout: JobLayout) -> dict[int, _Listed]:
+    def _listing(self, layout: JobLayout, archive: ArchiveView) -> dict[int, _Listed]:
         """A full listing, or (within ``full_relist_ms`` of the last full one) an incremental update
-        of it. Checkpoints removed by retention disappear at the next full listing."""
+        of it; a cold start with ``full_relist_ms`` > 0 and an archive updates the archive's listing.
+        Checkpoints removed by retention leave the listing at the next full listing (their archived
+        rows stay in the history)."""
         now = self._monotonic()
         previous = self._listings.get(layout.job_id)
         if previous is not None and (now - previous[0]) * 1000 < self.full_relist_ms:
             listed = _relist(self.store, layout, previous[1], self.recent)
             self._listings[layout.job_id] = (previous[0], listed)
+        elif previous is None and self.full_relist_ms > 0 and archive.rows:
+            # the archive stands in for the listing: only its ``recent`` newest ids (which _relist
+            # re-lists), its open ids and the new ids after its highest can differ from the archive
+            known = {i: archive.rows[i].listed() for i in sorted(archive.rows)[-self.recent :]}
+            for i in sorted(archive.open_ids - set(known)):
+                found = _list_checkpoints(self.store, layout, layout.checkpoint_dir(i)).get(i)
+                if found is not None:
+                    known[i] = found
+            listed = _relist(self.store, layout, dict(sorted(known.items())), self.recent)
+            self._listings[layout.job_id] = (now, listed)
         else:
             listed = _list_checkpoints(self.store, layout)
             self._listings[layout.job_id] = (now, listed)
         return listed
 
     def _scan(self, layout: JobLayout, previous: JobStats | None) -> JobStats:
+        from state_store.monitoring.archive import load_archive
+
         started = time.perf_counter()
-        listed = self._listing(layout)
+        archive = load_archive(self.store, layout, cache=self._segments, workers=self.workers)
+        listed = self._listing(layout, archive)
         job_info = self.store.head(layout.job_record)
         latest_info = self.store.head(layout.latest)
         tokens = {i: item.token() for i, item in listed.items()}
@@ -250,6 +282,7 @@ class CheckpointStats:
             digest.update(f"{checkpoint_id}:{token}\n".encode())
         digest.update(f"job={job_info.version if job_info else ''}".encode())
         digest.update(f"latest={latest_info.version if latest_info else ''}".encode())
+        digest.update(f"archive={archive.fingerprint()}".encode())
         fingerprint = digest.hexdigest()
         if previous is not None and previous.fingerprint == fingerprint:
             return previous
@@ -259,7 +292,12 @@ class CheckpointStats:
             for i, item in listed.items()
             if "_pending.json" in item.docs and (i not in cache or cache[i][0] != tokens[i])
         ]
-        reads = 0
+        reads = archive.reads
+        for i in list(todo):
+            archived = archive.rows.get(i)
+            if archived is not None and archived.token == tokens[i]:
+                cache[i] = (tokens[i], archived.row)  # unchanged since archived: no read
+                todo.remove(i)
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.workers, len(todo))) as pool:
                 built = list(pool.map(lambda i: _row(self.store, layout, i, listed[i]), todo))
@@ -268,9 +306,16 @@ class CheckpointStats:
                 reads += n
         for gone in set(cache) - {i for i, item in listed.items() if "_pending.json" in item.docs}:
             del cache[gone]
-        rows = tuple(cache[i][1] for i in sorted(cache))
+        merged = {i: a.row for i, a in archive.rows.items()}
+        merged.update((i, row) for i, (_, row) in cache.items())
+        rows = tuple(merged[i] for i in sorted(merged))
         job, config, n = _configuration(self.store, layout, rows)
         reads += n
+        config["checkpoints_in_storage"] = sum(  # folders the listing saw (archive stand-ins excluded)
+            1 for item in listed.values() if "_pending.json" in item.docs and not item.fixed_token
+        )
+        config["checkpoints_archived"] = len(archive.rows)
+        config["checkpoints_in_history"] = len(rows)
         done = [r for r in rows if r.status == "completed"]
         return JobStats(
             job_id=layout.job_id,
@@ -466,9 +511,14 @@ def _configuration(
     except ManifestError as exc:
         config["latest_pointer"] = f"unreadable: {exc}"
     newest = next((r for r in reversed(rows) if r.status != "unreadable" and not r.savepoint), None)
+    pending: PendingRecord | None = None
     if newest is not None:
-        pending = documents.read(store, layout.pending(newest.checkpoint_id), PendingRecord)
+        try:  # the newest row may be archived only (its folder deleted): then no configuration detail
+            pending = documents.read(store, layout.pending(newest.checkpoint_id), PendingRecord)
+        except (ManifestError, ObjectNotFound):
+            pending = None
         reads += 1
+    if pending is not None:
         config.update(
             timeout_ms=pending.deadline_ms - pending.trigger_ms,
             expected_acks=len(pending.expected),
@@ -479,7 +529,6 @@ def _configuration(
                 "discard_on_subsumed": pending.properties.discard_on_subsumed,
             },
         )
-    config["checkpoints_in_storage"] = len(rows)
     return job, config, reads
 
 
