@@ -9,7 +9,7 @@ export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 .DEFAULT_GOAL := help
 
 help: ## List the targets
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-10s %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  make %-13s %s\n", $$1, $$2}'
 
 $(BIN)/python:
 	@command -v $(PYTHON) >/dev/null || { echo "Python 3.11 is required: install python3.11 (or set PYTHON=/path/to/python3.11)"; exit 2; }
@@ -46,6 +46,6 @@ demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], 
 	PYTHONPATH=plugins:. $(BIN)/python -m epochal_airflow.demo
 
 clean: ## Remove the venv, caches and demo output
-	rm -rf $(VENV) .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .demo .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
 .PHONY: help install lint browser-deps test demo clean

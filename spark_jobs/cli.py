@@ -88,7 +88,8 @@ def _run_epochs(
         report = run_cycle(job, store_uri, clock, executor=executor, spark=spark, kill=kill_switch_from_env())
         reports.append(report)
         if not quiet:
-            print(f"epoch -> checkpoint {report.checkpoint_id}: {report.status} {report.reason}".rstrip())
+            target = "no checkpoint" if report.checkpoint_id is None else f"checkpoint {report.checkpoint_id}"
+            print(f"epoch -> {target}: {report.status} {report.reason}".rstrip())
     return reports
 
 
@@ -193,6 +194,14 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_retention(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
+    if not args.dry_run:
+        # as in the cycle's retention step: keep the monitoring rows of what retention deletes
+        from state_store.monitoring.archive import archive_history
+
+        try:
+            archive_history(store, args.job)
+        except StoreError as exc:  # best effort, as in the cycle: retention still runs
+            print(f"epochal: warning: checkpoint history not archived: {exc}", file=sys.stderr)
     plan = apply_retention(
         store, args.job, config, SystemClock(), dry_run=args.dry_run, pinned=frozenset(args.pin)
     )
@@ -359,11 +368,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="epochal", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def common(p: argparse.ArgumentParser) -> None:
+    def common(p: argparse.ArgumentParser, job_default: str | None = None) -> None:
         p.add_argument(
             "--store", required=True, help="storage URI: file:///path, s3://bucket/prefix, memory://x"
         )
-        p.add_argument("--job", default="wordcount", help="job id")
+        if job_default is None:
+            p.add_argument("--job", required=True, help="job id")
+        else:
+            p.add_argument("--job", default=job_default, help=f"job id (default: {job_default})")
         p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     demo = sub.add_parser("demo", help="run the example pipeline end to end (local store, Spark local[*])")
@@ -394,7 +406,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.set_defaults(func=_cmd_output)
 
     proto = sub.add_parser("protocol-demo", help="the checkpoint protocol alone, with simulated tasks")
-    common(proto)
+    common(proto, job_default="wordcount")
     proto.add_argument("--epochs", type=int, default=5)
     proto.set_defaults(func=_cmd_protocol_demo)
 

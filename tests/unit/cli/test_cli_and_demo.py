@@ -81,17 +81,19 @@ def test_process_killed_at_kill_point_resumes_exactly_once(point: str, tmp_path:
 
 
 def test_bad_inputs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["checkpoints", "list", "--store", "ftp://x"]) == 2
+    assert main(["checkpoints", "list", "--store", "ftp://x", "--job", "j"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "unsupported scheme" in err
     assert main(["checkpoints", "list", "--store", "memory://x", "--job", "../etc"]) == 2
     assert "job id '../etc' is invalid" in capsys.readouterr().err
-    assert main(["checkpoints", "show", "--store", "memory://x"]) == 2
+    assert main(["checkpoints", "show", "--store", "memory://x", "--job", "j"]) == 2
+    assert main(["checkpoints", "list", "--store", "memory://x"]) == 2  # a job id is required
+    assert "the following arguments are required: --job" in capsys.readouterr().err
     assert main(["nonsense"]) == 2
 
 
 def test_show_of_a_missing_checkpoint_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["checkpoints", "show", "--store", tmp_path.as_uri(), "--id", "9"]) == 2
+    assert main(["checkpoints", "show", "--store", tmp_path.as_uri(), "--job", "j", "--id", "9"]) == 2
     assert "not found" in capsys.readouterr().err
 
 
@@ -138,3 +140,18 @@ def test_run_with_an_unknown_job_exits_2(tmp_path: Path) -> None:
     result = epochal("run", "--job", "nope", "--store", tmp_path.as_uri(), "--executor", "local")
     assert result.returncode == 2
     assert "neither an example" in result.stderr
+
+
+def test_cli_retention_archives_the_history_before_deleting(tmp_path: Path) -> None:
+    """`epochal retention` deletes checkpoint folders; their monitoring rows must outlive them."""
+    from state_store.monitoring.reader import CheckpointStats
+    from state_store.storage import open_store
+
+    store_uri = (tmp_path / "s").as_uri()
+    assert epochal("protocol-demo", "--store", store_uri, "--epochs", "2").returncode == 0
+    cut = epochal("retention", "--store", store_uri, "--job", "wordcount", "--retain", "1", "--json")
+    assert cut.returncode == 0, cut.stderr
+    assert json.loads(cut.stdout)["discarded"] == [1]
+    assert not (tmp_path / "s" / "wordcount" / "checkpoints" / "1").exists()
+    rows = CheckpointStats(open_store(store_uri)).stats("wordcount", wait=True).rows
+    assert {(r.checkpoint_id, r.status) for r in rows} == {(1, "completed"), (2, "completed")}
