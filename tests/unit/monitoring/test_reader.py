@@ -40,6 +40,10 @@ def test_rows_match_the_manifests(history: Made) -> None:
             if not h.key.startswith(layout.shared_prefix)
         )
         assert r.run_id == pending.request_id == f"run-{history.completed.index(i)}"
+        # keyed subtasks align barriers from their input channels and report it; sources do not
+        aligned = [t.metrics["alignment_ms"] for t in meta.tasks if "alignment_ms" in t.metrics]
+        assert aligned and all(isinstance(a, float) and a >= 0 for a in aligned)
+        assert r.alignment_ms == int(max(aligned))
     assert by_id[history.completed[-1]].validation == "passed"
     failed = by_id[history.failed]
     assert failed.status == "failed" and failed.reason == "MANUALLY_ABORTED: by the test"
