@@ -24,7 +24,8 @@ from dataclasses import dataclass, field
 from state_store.core import documents
 from state_store.core.codec import ManifestError, sha256_hex
 from state_store.core.layout import JobLayout
-from state_store.core.manifests import CompletedMetadata, JobRecord, LatestPointer
+from state_store.core.manifests import CompletedMetadata, JobRecord, LatestPointer, StateHandle
+from state_store.core.parallel import map_ordered
 from state_store.core.ports import ObjectNotFound, ObjectStore
 
 
@@ -51,35 +52,39 @@ class CheckpointVerificationError(Exception):
     """A completed checkpoint whose files do not match its metadata."""
 
 
-def verify_handles(store: ObjectStore, metadata: CompletedMetadata, *, deep: bool) -> list[str]:
+def verify_handles(
+    store: ObjectStore, metadata: CompletedMetadata, *, deep: bool, concurrency: int = 1
+) -> list[str]:
     """Return one problem line per state file that is missing, has another size, or (``deep``)
-    another SHA-256 than the metadata records. Empty list: the checkpoint verifies."""
-    problems: list[str] = []
-    for handle in metadata.handles:
+    another SHA-256 than the metadata records. Empty list: the checkpoint verifies.
+
+    ``concurrency`` > 1 checks up to that many files at once (see ``state_store.core.parallel``);
+    the problems come back in handle order and a store error raises as it would sequentially."""
+
+    def check(handle: StateHandle) -> str | None:
         if deep:
             try:
                 data = store.get(handle.key).data
             except ObjectNotFound:
-                problems.append(f"state file {handle.key} is missing")
-                continue
+                return f"state file {handle.key} is missing"
             if len(data) != handle.size:
-                problems.append(f"state file {handle.key} has {len(data)} bytes, metadata says {handle.size}")
-            elif hashlib.sha256(data).hexdigest() != handle.sha256:
-                problems.append(
-                    f"state file {handle.key} has sha256 {hashlib.sha256(data).hexdigest()}, "
-                    f"metadata says {handle.sha256}"
-                )
-            continue
+                return f"state file {handle.key} has {len(data)} bytes, metadata says {handle.size}"
+            digest = hashlib.sha256(data).hexdigest()
+            if digest != handle.sha256:
+                return f"state file {handle.key} has sha256 {digest}, metadata says {handle.sha256}"
+            return None
         info = store.head(handle.key)
         if info is None:
-            problems.append(f"state file {handle.key} is missing")
-        elif info.size != handle.size:
-            problems.append(f"state file {handle.key} has {info.size} bytes, metadata says {handle.size}")
-    return problems
+            return f"state file {handle.key} is missing"
+        if info.size != handle.size:
+            return f"state file {handle.key} has {info.size} bytes, metadata says {handle.size}"
+        return None
+
+    return [p for p in map_ordered(check, list(metadata.handles), concurrency) if p is not None]
 
 
 def load_completed(
-    store: ObjectStore, layout: JobLayout, checkpoint_id: int, *, deep: bool = False
+    store: ObjectStore, layout: JobLayout, checkpoint_id: int, *, deep: bool = False, concurrency: int = 1
 ) -> CompletedCheckpoint:
     """Load and verify checkpoint ``checkpoint_id``; raise ObjectNotFound, ManifestError or
     CheckpointVerificationError with a message that names the file and the remedy."""
@@ -91,7 +96,7 @@ def load_completed(
             f"metadata document {key!r} describes job {metadata.job_id!r} checkpoint "
             f"{metadata.checkpoint_id}; it was moved or altered: restore from another checkpoint"
         )
-    problems = verify_handles(store, metadata, deep=deep)
+    problems = verify_handles(store, metadata, deep=deep, concurrency=concurrency)
     if problems:
         raise CheckpointVerificationError(
             f"checkpoint {checkpoint_id} of job {layout.job_id} failed verification: {problems[0]}"

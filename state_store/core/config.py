@@ -19,6 +19,9 @@ class CheckpointConfig:
     * ``retained_checkpoints`` -- completed checkpoints kept by retention (>= 1).
     * ``orphan_grace_ms`` -- age before unreferenced files (aborted attempts, shared) are removed.
     * ``verify_sha256`` -- recompute every state file's SHA-256 before completing (else size only).
+    * ``read_concurrency`` -- most reads (acks, state-file checks) in flight at once while
+      completing (>= 1; 1 reads one at a time). Only stores that declare ``max_concurrent_reads``
+      are read concurrently (see ``state_store.core.parallel``).
     """
 
     max_concurrent_checkpoints: int = 1
@@ -28,6 +31,7 @@ class CheckpointConfig:
     retained_checkpoints: int = 3
     orphan_grace_ms: int = 60 * 60 * 1000
     verify_sha256: bool = True
+    read_concurrency: int = 16
 
     def __post_init__(self) -> None:
         checks = (
@@ -37,6 +41,7 @@ class CheckpointConfig:
             ("tolerable_failures", self.tolerable_failures, 0),
             ("retained_checkpoints", self.retained_checkpoints, 1),
             ("orphan_grace_ms", self.orphan_grace_ms, 0),
+            ("read_concurrency", self.read_concurrency, 1),
         )
         for name, value, low in checks:
             if not isinstance(value, int) or isinstance(value, bool) or value < low:

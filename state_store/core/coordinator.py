@@ -55,6 +55,7 @@ from state_store.core.manifests import (
     PendingRecord,
     TaskId,
 )
+from state_store.core.parallel import map_ordered, read_concurrency
 from state_store.core.pending import AckResult, PendingCheckpoint
 from state_store.core.ports import (
     NO_KILL,
@@ -125,6 +126,8 @@ class CheckpointCoordinator:
         self.master_hooks = tuple(master_hooks)
         self.max_parallelism = max_parallelism
         self._shutdown = False
+        #: Reads in flight at once while completing (1 unless the store declares it can do more).
+        self._reads = read_concurrency(store, self.config.read_concurrency)
 
     # -- job record and generation ---------------------------------------------------------
     def job(self) -> JobRecord:
@@ -387,7 +390,8 @@ class CheckpointCoordinator:
             return self._follow(pending, decision)
         attempt = self.current_attempt(checkpoint_id)
         checkpoint = PendingCheckpoint(pending, attempt)
-        results = self._collect_acks(checkpoint)
+        read = self._read_acks(checkpoint_id)
+        results = self._classify(checkpoint, read)
         acked = len(checkpoint.acknowledged)
         expected = len(pending.expected)
 
@@ -428,7 +432,9 @@ class CheckpointCoordinator:
         for ack in checkpoint.acknowledged.values():
             candidate.acknowledge(ack)
         metadata = candidate.finalize(self.clock.now_ms())
-        problems = verify_handles(self.store, metadata, deep=self.config.verify_sha256)
+        problems = verify_handles(
+            self.store, metadata, deep=self.config.verify_sha256, concurrency=self._reads
+        )
         if problems:
             return aborted(CheckpointFailureReason.CHECKSUM_MISMATCH, "; ".join(problems))
         if gate is not None:
@@ -440,8 +446,13 @@ class CheckpointCoordinator:
         try:
             documents.create(self.store, self.layout.decision(checkpoint_id), record)
         except ObjectAlreadyExists:
+            # Another coordinator decided first: follow its decision from storage (re-read acks).
             record = documents.read(self.store, self.layout.decision(checkpoint_id), DecisionRecord)
-        result = self._follow(pending, record)
+            result = self._follow(pending, record)
+        else:
+            # Our decision stands: the acks it was made on (create-only documents of this
+            # attempt, already read above) are the ones the metadata is built from.
+            result = self._follow(pending, record, read)
         return CompletionResult(
             result.checkpoint_id,
             result.status,
@@ -454,14 +465,26 @@ class CheckpointCoordinator:
         )
 
     def _collect_acks(self, checkpoint: PendingCheckpoint) -> dict[str, str]:
-        results: dict[str, str] = {}
-        for info in self.store.list(self.layout.acks_prefix(checkpoint.checkpoint_id)):
+        return self._classify(checkpoint, self._read_acks(checkpoint.checkpoint_id))
+
+    def _read_acks(self, checkpoint_id: int) -> list[tuple[str, AckRecord | str]]:
+        """Every ack document of checkpoint n in key order: the record, or ``"corrupt: ..."`` when
+        it does not decode (or vanished). Other store errors raise (the first in key order)."""
+
+        def read(key: str) -> tuple[str, AckRecord | str]:
             try:
-                ack = documents.read(self.store, info.key, AckRecord)
+                return key, documents.read(self.store, key, AckRecord)
             except (ManifestError, ObjectNotFound) as exc:
-                results[info.key] = f"corrupt: {exc}"
-                continue
-            results[info.key] = checkpoint.acknowledge(ack).value
+                return key, f"corrupt: {exc}"
+
+        keys = [info.key for info in self.store.list(self.layout.acks_prefix(checkpoint_id))]
+        return list(map_ordered(read, keys, self._reads))
+
+    @staticmethod
+    def _classify(checkpoint: PendingCheckpoint, read: list[tuple[str, AckRecord | str]]) -> dict[str, str]:
+        results: dict[str, str] = {}
+        for key, ack in read:
+            results[key] = ack if isinstance(ack, str) else checkpoint.acknowledge(ack).value
         return results
 
     def _first_decline(self, pending: PendingRecord, attempt: int) -> DeclineRecord | None:
@@ -474,8 +497,16 @@ class CheckpointCoordinator:
                 return decline
         return None
 
-    def _follow(self, pending: PendingRecord, decision: DecisionRecord) -> CompletionResult:
-        """Carry out a decision that stands: report an ABORT, roll a COMPLETE forward."""
+    def _follow(
+        self,
+        pending: PendingRecord,
+        decision: DecisionRecord,
+        read: list[tuple[str, AckRecord | str]] | None = None,
+    ) -> CompletionResult:
+        """Carry out a decision that stands: report an ABORT, roll a COMPLETE forward.
+
+        ``read``: the acks this very call decided COMPLETE on (see ``complete``); None when the
+        decision came from storage (another coordinator, or an earlier call): then they are read."""
         checkpoint_id = pending.checkpoint_id
         expected = len(pending.expected)
         if decision.outcome is Outcome.ABORT:
@@ -488,7 +519,7 @@ class CheckpointCoordinator:
                 decision.message,
             )
         checkpoint = PendingCheckpoint(pending, decision.attempt)
-        self._collect_acks(checkpoint)
+        self._classify(checkpoint, read if read is not None else self._read_acks(checkpoint_id))
         self.kill(killpoints.BEFORE_METADATA, checkpoint_id)
         if self.store.head(self.layout.metadata(checkpoint_id)) is None:
             metadata = checkpoint.finalize(decision.decided_ms)
@@ -497,7 +528,7 @@ class CheckpointCoordinator:
             except ObjectAlreadyExists:
                 pass
         self.kill(killpoints.AFTER_METADATA, checkpoint_id)
-        completed = load_completed(self.store, self.layout, checkpoint_id)
+        completed = load_completed(self.store, self.layout, checkpoint_id, concurrency=self._reads)
         if not completed.is_savepoint:
             self._move_pointer(completed)
             self.kill(killpoints.AFTER_POINTER, checkpoint_id)

@@ -60,6 +60,9 @@ def _fsync_dir(path: Path) -> None:
 class LocalObjectStore:
     """Objects as files under ``root``; safe across threads and processes on one machine."""
 
+    #: Reads may run concurrently (reads open their own file); see ``state_store.core.parallel``.
+    max_concurrent_reads = 16
+
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self._root = Path(root).absolute()
         self._fsync = fsync

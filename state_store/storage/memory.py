@@ -24,6 +24,9 @@ from state_store.core.ports import (
 class MemoryObjectStore:
     """Objects in a dict; ``modified_ms`` comes from an injectable ``now_ms`` function."""
 
+    #: Reads may run concurrently (every operation holds the lock); see ``state_store.core.parallel``.
+    max_concurrent_reads = 16
+
     _named: dict[str, MemoryObjectStore] = {}
     _named_lock = threading.Lock()
 

@@ -124,6 +124,10 @@ def _ms(modified: datetime) -> int:
 class S3ObjectStore:
     """Objects under ``s3://bucket/prefix``; thread-safe (one boto3 client, shared)."""
 
+    #: Reads may run concurrently (one thread-safe boto3 client, 32 pooled connections);
+    #: see ``state_store.core.parallel``.
+    max_concurrent_reads = 32
+
     def __init__(
         self,
         bucket: str,
