@@ -6,13 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from spark_jobs.api.job import Job
+from spark_jobs.chaos.observe import state_digest
 from spark_jobs.examples.clickstream import build_job
 from spark_jobs.runtime.cycle import CycleReport, run_cycle
-from spark_jobs.runtime.state_io import read_operator_restore
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS
 from state_store.core import CompletedCheckpointStore, JobLayout
-from state_store.core.keygroups import KeyGroupRange
 from state_store.core.ports import NO_KILL, KillSwitch
 from state_store.storage import open_store
 from state_store.testing import ManualClock
@@ -56,28 +55,9 @@ def latest_metadata(uri: str, job: Job) -> Any:
 def final_state(uri: str, job: Job) -> dict[str, Any]:
     """Every stateful operator's entries (key group, state, key, namespace, value, expiry) merged
     from its file chains, the source positions and watermark state, and the timers of the latest
-    completed checkpoint -- independent of checkpoint ids and parallelism."""
-    store = open_store(uri)
-    meta = latest_metadata(uri, job)
-    state: dict[str, Any] = {"positions": {k: end for k, (_, end) in meta.positions["ranges"].items()}}
-    everything = KeyGroupRange(0, job.max_parallelism - 1)
-    for uid in sorted({t.task.uid for t in meta.tasks}):
-        entry: list[Any] = []
-        restored, _ = read_operator_restore(store, meta, uid, everything)
-        if restored is not None:
-            for part in restored.keyed:
-                for kg, states in part.key_groups.items():
-                    for name, rows in states.items():
-                        entry.extend(
-                            (kg, name, repr(r.key), repr(r.namespace), repr(r.value), r.expiry_ms)
-                            for r in rows
-                        )
-            entry.extend(("timers", kg, repr(domains)) for kg, domains in sorted(restored.timers.items()))
-        for task in meta.tasks:
-            if task.task.uid == uid and "source" in task.snapshot:
-                entry.append(("source", repr(sorted(task.snapshot["source"].items()))))
-        state[uid] = sorted(entry, key=repr)
-    return state
+    completed checkpoint -- independent of checkpoint ids and parallelism (the chaos harness's
+    ``state_digest``, which checks invariant 2 the same way)."""
+    return state_digest(open_store(uri), latest_metadata(uri, job), job.max_parallelism)
 
 
 def store_uri(path: Path) -> str:
