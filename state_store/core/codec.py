@@ -51,7 +51,7 @@ def canonical_json(value: Any) -> bytes:
 def to_jsonable(value: Any) -> Any:
     """Turn dataclasses, enums and tuples into plain JSON values."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: to_jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        return {f.name: to_jsonable(getattr(value, f.name)) for f in _fields(type(value))}
     if isinstance(value, enum.Enum):
         return value.value
     if isinstance(value, (tuple, list)):
@@ -108,6 +108,12 @@ def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:
 
 
 @functools.cache
+def _fields(tp: type) -> tuple[dataclasses.Field[Any], ...]:
+    """``dataclasses.fields(tp)``, cached (it rebuilds its tuple on every call: hot in decoding)."""
+    return dataclasses.fields(tp)
+
+
+@functools.cache
 def _hints(tp: type) -> dict[str, Any]:
     """Resolved field types of a dataclass (cached: resolving string annotations compiles code)."""
     return typing.get_type_hints(tp)
@@ -134,7 +140,7 @@ def _decode(tp: Any, value: Any) -> Any:
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
         hints = _hints(tp)
         kwargs = {}
-        for f in dataclasses.fields(tp):
+        for f in _fields(tp):
             if f.name not in value:
                 if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
                     continue

@@ -185,14 +185,22 @@ def _from_table(table: pa.Table) -> KeyedStateSnapshot:
     groups: dict[int, dict[str, list[StateRow]]] = {}
     cols = [table.column(n).to_pylist() for n in SCHEMA.names]
     keys, namespaces, values = _bulk_keys(cols[2]), _bulk_keys(cols[3]), _bulk_json(cols[4])
+    new_row = tuple.__new__  # StateRow(...) without NamedTuple's Python-level __new__
+    maps = {n for n, k in kinds.items() if k is StateKind.MAP}
+    at: tuple[Any, Any] = (None, None)
+    rows: list[StateRow] = []
     for kg, name, key, ns, value, expiry in zip(cols[0], cols[1], keys, namespaces, values, cols[5]):
-        if kg not in rng or name not in kinds:
-            raise StateFileError(f"row of state {name!r} in key group {kg} lies outside range {rng} or kinds")
-        if kinds[name] is StateKind.MAP:
+        if (kg, name) != at:  # writers keep them adjacent; if not, setdefault finds the same list
+            if kg not in rng or name not in kinds:
+                raise StateFileError(
+                    f"row of state {name!r} in key group {kg} lies outside range {rng} or kinds"
+                )
+            rows = groups.setdefault(kg, {}).setdefault(name, [])
+            at = (kg, name)
+        if name in maps:
             user_key, user_value = value
             value = (key_from_jsonable(user_key), user_value)
-        row = StateRow(key, ns, value, None if expiry is None else int(expiry))
-        groups.setdefault(kg, {}).setdefault(name, []).append(row)
+        rows.append(new_row(StateRow, (key, ns, value, expiry)))
     return KeyedStateSnapshot(
         max_parallelism=int(meta["epochal.max_parallelism"]),
         key_group_range=rng,

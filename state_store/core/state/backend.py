@@ -438,9 +438,7 @@ class KeyedStateBackend:
                 self._tables[name] = StateTable(name, kind, self._dirty)
         for kg, states in owned_groups:
             for name, rows in states.items():
-                table = self._tables[name]
-                for row in rows:
-                    table.load_row(kg, row)
+                self._tables[name].load_rows(kg, rows)
             if from_checkpoint is None:
                 self._dirty.add(kg)
         self._restored = covered

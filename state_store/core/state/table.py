@@ -45,6 +45,12 @@ _IMMUTABLE = frozenset({type(None), bool, int, float, str, bytes})
 _SINGLE = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING})
 
 EntryKey = tuple[Any, Any]
+_new_tuple = tuple.__new__
+
+
+def _row(fields: tuple[Any, Any, Any, int | None]) -> StateRow:
+    """``StateRow(*fields)`` without the Python-level ``NamedTuple.__new__`` (hot in snapshots)."""
+    return _new_tuple(StateRow, fields)
 
 
 def freeze(value: Any) -> Any:
@@ -54,8 +60,8 @@ def freeze(value: Any) -> Any:
         return value
     if kind is tuple:
         return tuple(freeze(v) for v in value)
-    if kind is list and all(type(v) in _IMMUTABLE for v in value):
-        return list(value)  # a flat list of scalars (e.g. a window accumulator): a shallow copy is a copy
+    if kind is list and _IMMUTABLE.issuperset(map(type, value)):
+        return value[:]  # a flat list of scalars (e.g. a window accumulator): a shallow copy is a copy
     return copy.deepcopy(value)
 
 
@@ -239,9 +245,12 @@ class StateTable:
     # -- snapshot, restore, cleanup -------------------------------------------------------------
     def snapshot_rows(self, kg: int, now: int | None) -> list[StateRow]:
         """Frozen rows of one key group; entries with ``expiry <= now`` are left out (now=None: keep)."""
-        rows: list[StateRow] = []
         kind = self.kind
-        for (key, namespace), entry in self.groups.get(kg, {}).items():
+        group = self.groups.get(kg, {})
+        if kind in _SINGLE and now is None:  # the common case, without per-entry branching
+            return [_row((key, ns, freeze(value), expiry)) for (key, ns), (value, expiry) in group.items()]
+        rows: list[StateRow] = []
+        for (key, namespace), entry in group.items():
             if kind in _SINGLE:
                 cells: Iterable[tuple[Any, int | None]] = (entry,)
             elif kind is StateKind.LIST:
@@ -252,6 +261,22 @@ class StateTable:
                 if now is None or expiry is None or expiry > now:
                     rows.append(StateRow(key, namespace, freeze(value), expiry))
         return rows
+
+    def load_rows(self, kg: int, rows: Iterable[StateRow]) -> None:
+        """``load_row`` for every row, with the same checks; a single-value kind loading into an
+        empty key group takes one dict update (a duplicate (key, namespace) shows as a short count:
+        the group is dropped and the per-row path raises the usual error)."""
+        rows = rows if isinstance(rows, (list, tuple)) else list(rows)
+        if self.kind not in _SINGLE or kg in self.groups:
+            for row in rows:
+                self.load_row(kg, row)
+            return
+        group = dict(((r[0], r[1]), (freeze(r[2]), r[3])) for r in rows)
+        if len(group) != len(rows):
+            for row in rows:
+                self.load_row(kg, row)  # raises on the duplicate
+        if group:
+            self.groups[kg] = group
 
     def load_row(self, kg: int, row: StateRow) -> None:
         """Add one restored row (values are copied, so the snapshot stays immutable)."""
