@@ -182,8 +182,7 @@ def write_operator_snapshot(
             if kg in reusable and previous is not None:
                 chain = previous.chain
             else:
-                current = _groups(keyed, kg)
-                chain = _next_chain(store, layout, uid, keyed, kg, current, previous, out)
+                chain = _next_chain(store, layout, uid, keyed, kg, previous, out)
             files[str(kg)] = chain.to_json()
             out.handles.extend(chain.handles())
     out.snapshot = {STATE_FILES: files, "timers": _timers_to_json(snap.timers), "extra": snap.extra}
@@ -196,11 +195,15 @@ def _next_chain(
     uid: str,
     keyed: KeyedStateSnapshot,
     kg: int,
-    current: dict[Group, tuple[StateRow, ...]],
     previous: RestoredKeyGroup | None,
     out: WrittenSnapshot,
 ) -> KeyGroupChain:
-    if previous is not None and len(previous.chain.deltas) < MAX_DELTA_CHAIN:
+    if (
+        previous is not None
+        and len(previous.chain.deltas) < MAX_DELTA_CHAIN
+        and _delta_may_fit(keyed, kg, previous)
+    ):
+        current = _groups(keyed, kg)
         changed = {g: rows for g, rows in current.items() if previous.groups.get(g) != rows}
         deleted = [g for g in previous.groups if g not in current]
         if len(changed) + len(deleted) <= MAX_DELTA_FRACTION * max(len(current), 1):
@@ -212,6 +215,17 @@ def _next_chain(
             return KeyGroupChain(previous.chain.base, [*previous.chain.deltas, (delta_file, tombstones)])
     data = encode_key_groups(keyed.part(KeyGroupRange(kg, kg)), "arrow")
     return KeyGroupChain(_upload(store, layout, uid, data, out))
+
+
+def _delta_may_fit(keyed: KeyedStateSnapshot, kg: int, previous: RestoredKeyGroup) -> bool:
+    """False when the entries added and deleted alone already exceed ``MAX_DELTA_FRACTION`` (then
+    the exact comparison in ``_next_chain`` would choose a full file too): set arithmetic on the
+    entry keys instead of grouping and comparing every entry (a window's state turns over each
+    epoch, so this is the usual case for window operators)."""
+    entries = {(name, row[0], row[1]) for name, rows in keyed.key_groups.get(kg, {}).items() for row in rows}
+    base = previous.groups.keys()
+    lower_bound = len(entries - base) + len(base - entries)
+    return lower_bound <= MAX_DELTA_FRACTION * max(len(entries), 1)
 
 
 @dataclass

@@ -26,12 +26,14 @@ and a map state one row per entry.
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
@@ -75,38 +77,35 @@ def _check_fmt(fmt: str) -> str:
 
 
 def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
-    """Serialize every row of ``part``; raises StateValueError for values that are not JSON."""
+    """Serialize every row of ``part``; raises StateValueError for values that are not JSON.
+
+    Each (key group, state) run of rows is encoded column-wise by Arrow when its keys are ints,
+    its namespaces all ints or all None and its values all ints or all equally long flat lists of
+    ints (keyed counters, window accumulators); other runs go through the per-row JSON codec. The
+    two give the same text per cell, and the table is written as one record batch either way, so
+    a file's bytes do not depend on which path encoded which run."""
     _check_fmt(fmt)
-    columns: dict[str, list[Any]] = {name: [] for name in SCHEMA.names}
-    kg_col, state_col, key_col, ns_col = (
-        columns["key_group"],
-        columns["state"],
-        columns["key"],
-        columns["namespace"],
-    )
-    value_col, expiry_col = columns["value"], columns["expiry_ms"]
-    last_key: Any = object()
-    last_key_json = ""
-    key_json, value_json = (_key_json, _value_json) if FAST_CODEC else (key_to_json, value_to_json)
+    chunks: dict[str, list[pa.Array]] = {name: [] for name in SCHEMA.names}
     for kg, states in part.key_groups.items():
         for name, rows in states.items():
+            if not rows:
+                continue
             is_map = part.kinds[name] is StateKind.MAP
-            for row in rows:
-                if row.key is not last_key:  # rows of one key are adjacent; identity, never ==
-                    last_key, last_key_json = row.key, key_json(row.key)
-                kg_col.append(kg)
-                state_col.append(name)
-                key_col.append(last_key_json)
-                ns_col.append(key_json(row.namespace))
-                if is_map:
-                    user_key, user_value = row.value
-                    text = value_json(user_value, state=name, key=row.key)
-                    value_col.append(f"[{key_json(user_key)},{text}]")
-                else:
-                    value_col.append(value_json(row.value, state=name, key=row.key))
-                expiry_col.append(row.expiry_ms)
+            fast = None if is_map or not FAST_CODEC else _int_run_columns(rows)
+            key_arr, ns_arr, value_arr, expiry = (
+                fast if fast is not None else _row_columns(rows, name, is_map)
+            )
+            chunks["key_group"].append(pa.repeat(pa.scalar(kg, pa.int32()), len(rows)))
+            chunks["state"].append(pa.repeat(pa.scalar(name, pa.string()), len(rows)))
+            chunks["key"].append(key_arr)
+            chunks["namespace"].append(ns_arr)
+            chunks["value"].append(value_arr)
+            chunks["expiry_ms"].append(pa.array(expiry, pa.int64()))
     try:
-        table = pa.table(columns, schema=SCHEMA.with_metadata(_metadata(part)))
+        columns = [
+            pa.concat_arrays(chunks[f.name]) if chunks[f.name] else pa.array([], f.type) for f in SCHEMA
+        ]
+        table = pa.Table.from_arrays(columns, schema=SCHEMA.with_metadata(_metadata(part)))
     except (pa.ArrowException, UnicodeError) as exc:
         raise StateValueError(
             f"state of key groups {part.key_group_range} cannot be encoded: {exc}"
@@ -118,6 +117,75 @@ def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
     else:
         pq.write_table(table, sink)
     return bytes(sink.getvalue().to_pybytes())
+
+
+def _row_columns(
+    rows: Iterable[StateRow], name: str, is_map: bool
+) -> tuple[pa.Array, pa.Array, pa.Array, list[int | None]]:
+    """Key, namespace and value text and expiries of one run, cell by cell (the JSON codec)."""
+    key_json, value_json = (_key_json, _value_json) if FAST_CODEC else (key_to_json, value_to_json)
+    keys: list[str] = []
+    namespaces: list[str] = []
+    values: list[str] = []
+    expiry: list[int | None] = []
+    last_key: Any = object()
+    last_key_json = ""
+    for row in rows:
+        if row.key is not last_key:  # rows of one key are adjacent; identity, never ==
+            last_key, last_key_json = row.key, key_json(row.key)
+        keys.append(last_key_json)
+        namespaces.append(key_json(row.namespace))
+        if is_map:
+            user_key, user_value = row.value
+            text = value_json(user_value, state=name, key=row.key)
+            values.append(f"[{key_json(user_key)},{text}]")
+        else:
+            values.append(value_json(row.value, state=name, key=row.key))
+        expiry.append(row.expiry_ms)
+    return (
+        pa.array(keys, pa.string()),
+        pa.array(namespaces, pa.string()),
+        pa.array(values, pa.string()),
+        expiry,
+    )
+
+
+def _int_run_columns(rows: tuple[StateRow, ...]) -> tuple[pa.Array, pa.Array, pa.Array, list[Any]] | None:
+    """The same columns as :func:`_row_columns` computed by Arrow (module docstring of
+    ``encode_key_groups``); None when the run does not have that shape or an int leaves int64."""
+    keys, namespaces, values, expiry = (list(c) for c in zip(*rows))
+    if set(map(type, keys)) != {int}:
+        return None
+    ns_types = set(map(type, namespaces))
+    value_types = set(map(type, values))
+    try:
+        key_arr = _int_text(keys)
+        if ns_types == {int}:
+            ns_arr = _int_text(namespaces)
+        elif ns_types == {type(None)}:
+            ns_arr = pa.array(["null"] * len(rows), pa.string())
+        else:
+            return None
+        if value_types == {int}:
+            value_arr = _int_text(values)
+        elif value_types == {list}:
+            widths = set(map(len, values))
+            width = widths.pop() if len(widths) == 1 else 0
+            flat = list(itertools.chain.from_iterable(values))
+            if width == 0 or set(map(type, flat)) != {int}:
+                return None
+            inner = pc.binary_join_element_wise(*(_int_text(flat[i::width]) for i in range(width)), ",")
+            value_arr = pc.binary_join_element_wise("[", inner, "]", "")
+        else:
+            return None
+    except (OverflowError, pa.ArrowInvalid):
+        return None
+    return key_arr, ns_arr, value_arr, expiry
+
+
+def _int_text(values: list[int]) -> pa.Array:
+    """Decimal text of Python ints (the text ``json`` and ``str`` write); raises beyond int64."""
+    return pa.array(values, pa.int64()).cast(pa.string())
 
 
 def _metadata(part: KeyedStateSnapshot) -> dict[str, str]:
