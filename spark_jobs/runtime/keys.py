@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 from state_store.core.keygroups import key_group_of
+from state_store.core.state.backend import shared_key_group_cache
 
 KeySpec = str | Callable[[pa.RecordBatch], Any]
 
@@ -50,7 +51,7 @@ def key_groups(keys: pa.Array, max_parallelism: int) -> NDArray[np.int32]:
     if len(keys) == 0:
         return np.zeros(0, dtype=np.int32)
     uniques, indices = distinct_keys(keys)
-    cache = _KG_CACHE.setdefault(max_parallelism, {}) if CACHE_KEY_GROUPS else {}
+    cache = shared_key_group_cache(max_parallelism) if CACHE_KEY_GROUPS else {}
     if len(cache) > _KG_CACHE_LIMIT:
         cache.clear()
     get = cache.get
@@ -64,12 +65,12 @@ def key_groups(keys: pa.Array, max_parallelism: int) -> NDArray[np.int32]:
 
 
 CACHE_KEY_GROUPS = True
-"""Keep the process-wide cache below (off: hash every distinct key per batch; ablation only)."""
-_KG_CACHE: dict[int, dict[Any, int]] = {}
-"""Process-wide key -> key group per max_parallelism: a warm process (in-process executor, reused
-Spark Python worker) hashes each distinct key once, not once per epoch. Only hashable keys of
-Arrow columns end up here (scalars and tuples of scalars), whose hash never changes."""
+"""Use the process-wide cache (``_KG_CACHE_LIMIT``); off: hash every distinct key per batch."""
 _KG_CACHE_LIMIT = 4_000_000
+"""The shuffle uses the state backend's process-wide key -> key group cache
+(``shared_key_group_cache``): a warm process (in-process executor, reused Spark Python worker)
+hashes each distinct key once, for routing and for state alike. Only hashable keys of Arrow
+columns end up there (scalars and tuples of scalars), whose hash never changes."""
 
 
 def subtasks_of_key_groups(

@@ -52,14 +52,28 @@ class CheckpointVerificationError(Exception):
     """A completed checkpoint whose files do not match its metadata."""
 
 
+LIST_MIN_HANDLES = 16
+"""A folder holding at least this many of the handles to size-check is listed instead of one HEAD
+per file (only with ``concurrency`` > 1, i.e. stores that declare bulk reads: a LIST page of up
+to 1,000 keys is one request; fault-injection stores keep their per-file call pattern)."""
+LIST_ENTRIES_PER_HANDLE = 16
+"""Listing a folder stops after this many entries per wanted handle (a folder full of other
+files); the handles it has not reached yet are HEADed one by one."""
+
+
 def verify_handles(
     store: ObjectStore, metadata: CompletedMetadata, *, deep: bool, concurrency: int = 1
 ) -> list[str]:
     """Return one problem line per state file that is missing, has another size, or (``deep``)
     another SHA-256 than the metadata records. Empty list: the checkpoint verifies.
 
-    ``concurrency`` > 1 checks up to that many files at once (see ``state_store.core.parallel``);
-    the problems come back in handle order and a store error raises as it would sequentially."""
+    ``concurrency`` > 1 checks up to that many files at once (see ``state_store.core.parallel``)
+    and, for a size-only check, lists folders that hold many of the files instead of one HEAD per
+    file (``LIST_MIN_HANDLES``): a listing is as consistent as a HEAD, and a file absent from a
+    complete listing of its folder is missing. The problems come back in handle order and a store
+    error raises as it would sequentially."""
+    handles = list(metadata.handles)
+    listed = {} if deep or concurrency <= 1 else _sizes_by_listing(store, handles)
 
     def check(handle: StateHandle) -> str | None:
         if deep:
@@ -73,14 +87,46 @@ def verify_handles(
             if digest != handle.sha256:
                 return f"state file {handle.key} has sha256 {digest}, metadata says {handle.sha256}"
             return None
-        info = store.head(handle.key)
-        if info is None:
+        if handle.key in listed:
+            size = listed[handle.key]
+        else:
+            info = store.head(handle.key)
+            size = None if info is None else info.size
+        if size is None:
             return f"state file {handle.key} is missing"
-        if info.size != handle.size:
-            return f"state file {handle.key} has {info.size} bytes, metadata says {handle.size}"
+        if size != handle.size:
+            return f"state file {handle.key} has {size} bytes, metadata says {handle.size}"
         return None
 
-    return [p for p in map_ordered(check, list(metadata.handles), concurrency) if p is not None]
+    return [p for p in map_ordered(check, handles, concurrency) if p is not None]
+
+
+def _sizes_by_listing(store: ObjectStore, handles: Iterable[StateHandle]) -> dict[str, int | None]:
+    """Size of each handle's file (None: missing) for handles in folders worth listing; a handle
+    left out of the answer is checked with a HEAD (small folder, or listing budget exhausted)."""
+    folders: dict[str, set[str]] = collections.defaultdict(set)
+    for handle in handles:
+        folder, slash, _ = handle.key.rpartition("/")
+        folders[folder + slash].add(handle.key)
+    sizes: dict[str, int | None] = {}
+    for folder, wanted in folders.items():
+        if len(wanted) < LIST_MIN_HANDLES:
+            continue
+        budget = LIST_ENTRIES_PER_HANDLE * len(wanted)
+        found: dict[str, int] = {}
+        complete = True
+        for seen, info in enumerate(store.list(folder), start=1):
+            if info.key in wanted:
+                found[info.key] = info.size
+                if len(found) == len(wanted):
+                    break
+            if seen >= budget:
+                complete = len(found) == len(wanted)
+                break
+        sizes.update(found)
+        if complete:  # the whole folder (or every wanted key) was seen: the rest are missing
+            sizes.update((key, None) for key in wanted if key not in found)
+    return sizes
 
 
 def load_completed(

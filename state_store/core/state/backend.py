@@ -70,6 +70,12 @@ _SHARED_KG_CACHE: dict[int, dict[Any, int]] = {}
 hashes each key once, not once per epoch); cleared when it reaches ``_CACHE_LIMIT`` keys."""
 
 
+def shared_key_group_cache(max_parallelism: int) -> dict[Any, int]:
+    """The process-wide ``key -> key group`` dict for ``max_parallelism`` that every backend uses
+    (the runtime's shuffle fills the same one, so a key is hashed once per process)."""
+    return _SHARED_KG_CACHE.setdefault(max_parallelism, {})
+
+
 class NoCurrentKeyError(RuntimeError):
     """Keyed state was accessed before ``set_current_key``."""
 
@@ -99,7 +105,7 @@ class KeyedStateBackend:
         self._clock = now_ms
         self._tables: dict[str, StateTable] = {}
         self._handles: dict[tuple[str, bool], Any] = {}
-        self._kg_cache: dict[Any, int] = _SHARED_KG_CACHE.setdefault(max_parallelism, {})
+        self._kg_cache: dict[Any, int] = shared_key_group_cache(max_parallelism)
         self._key: Any = None
         self._has_key = False
         self._kg = -1

@@ -8,10 +8,12 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import pytest
 
-from state_store.core import AckRecord, CheckpointConfig, TaskId, documents
+from state_store.core import AckRecord, CheckpointConfig, TaskId, completed, documents
+from state_store.core.manifests import StateHandle
 from state_store.core.parallel import map_ordered, read_concurrency
 from state_store.core.ports import ObjectData, ObjectInfo, TransientStoreError
 from state_store.storage import MemoryObjectStore
@@ -105,18 +107,20 @@ def counting(job: Job) -> CountingStore:
     return job.store
 
 
-def test_complete_reads_each_ack_once_and_each_state_file_twice() -> None:
+def test_complete_reads_each_ack_once_and_each_state_file_once() -> None:
     job, n = acked_job(16)
     store = counting(job)
     assert job.coordinator.complete(n).status == "completed"
     ack_keys = [k for k in store.keys if "/acks/" in k]
     assert len(ack_keys) == ACKS and all(store.keys[k] == 1 for k in ack_keys)  # was 2 per ack
     reads = store.ops["get"] + store.ops["head"]
-    # per ack: GET the ack, GET its state file (SHA-256), HEAD it (load_completed); was 4
-    # (the ack was read a second time in _follow). The rest is a constant: pending, decision,
-    # job record, metadata, LATEST, attempts/declines listings.
-    assert reads <= 3 * ACKS + 8, store.ops  # 199 of 263 before
-    assert store.ops["list"] <= 8, store.ops
+    # per ack: GET the ack, GET its state file (SHA-256); the size check of load_completed lists
+    # the state files' folder instead of one HEAD per file. Was 4 per ack (the ack was read again
+    # in _follow, every file HEADed). The rest is a constant: pending, decision, job record,
+    # metadata, LATEST, attempts/declines listings.
+    assert reads <= 2 * ACKS + 8, store.ops  # 263 before the ack reuse, 199 before the listing
+    assert store.ops["head"] <= 8, store.ops
+    assert store.ops["list"] <= 9, store.ops
 
 
 def test_concurrent_complete_gives_exactly_the_sequential_result() -> None:
@@ -130,7 +134,11 @@ def test_concurrent_complete_gives_exactly_the_sequential_result() -> None:
     assert seq.checkpoint.metadata == par.checkpoint.metadata
     key = seq_job.coordinator.layout.metadata(n)
     assert seq_job.store.get(key).data == par_job.store.get(key).data
-    assert counting(seq_job).ops == counting(par_job).ops  # same requests, only issued concurrently
+    seq_ops, par_ops = counting(seq_job).ops, counting(par_job).ops
+    assert seq_ops["get"] == par_ops["get"]  # the same documents and files read ...
+    assert (
+        par_ops["head"] == seq_ops["head"] - ACKS and par_ops["list"] == seq_ops["list"] + 1
+    )  # ... sizes listed
 
 
 def test_reads_in_flight_are_bounded_by_the_config() -> None:
@@ -184,6 +192,35 @@ def test_a_bad_state_file_aborts_with_the_same_message_in_both_paths() -> None:
         messages.append(result.message)
     assert messages[0] == messages[1]
     assert "has 8 bytes" in messages[0] and "is missing" in messages[0]
+
+
+def test_size_checks_by_listing_report_what_heads_would() -> None:
+    """Missing and resized files in a listed folder, a folder too small to list, and a listing
+    that runs out of budget in a crowded folder: the same problems as one HEAD per file."""
+    store = CountingStore(16)
+    crowded = [f"shared/op/{i:04d}" for i in range(40)]
+    for key in crowded:
+        store.inner.put(key, b"x" * 10)
+    for i in range(40 * completed.LIST_ENTRIES_PER_HANDLE):  # other files sorting before them
+        store.inner.put(f"shared/op/0000-other-{i:05d}", b"")
+    store.inner.put("chk-1/lonely", b"abc")
+    handles = [StateHandle(key, 10, "0" * 64) for key in crowded] + [StateHandle("chk-1/lonely", 3, "0" * 64)]
+    store.inner.delete(crowded[3])
+    store.inner.put(crowded[17], b"short")
+    handles.append(StateHandle("shared/op/never-written", 1, "0" * 64))
+    metadata = SimpleNamespace(handles=tuple(handles))  # verify_handles reads only .handles
+    expected = completed.verify_handles(store, metadata, deep=False, concurrency=1)
+    store.reset()
+    assert completed.verify_handles(store, metadata, deep=False, concurrency=8) == expected
+    assert expected == [
+        f"state file {crowded[3]} is missing",
+        f"state file {crowded[17]} has 5 bytes, metadata says 10",
+        "state file shared/op/never-written is missing",
+    ]
+    assert store.ops["list"] == 1
+    # the listing stopped in the crowd of other files: unresolved handles were HEADed, the lonely
+    # file (a folder below LIST_MIN_HANDLES) too
+    assert 1 <= store.ops["head"] <= len(handles), store.ops
 
 
 def test_following_a_stored_decision_still_reads_the_acks() -> None:
