@@ -13,6 +13,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from state_store.core.config import CheckpointConfig
 from state_store.core.coordinator import CheckpointCoordinator
 from state_store.core.manifests import AckRecord, TaskId
 from state_store.core.responder import TaskCheckpointResponder
@@ -20,7 +21,7 @@ from state_store.testing import ManualClock
 from state_store.testing.seaweedfs import SeaweedFSServer
 
 
-def run(acks: int, repeats: int = 3) -> dict[str, Any]:
+def run(acks: int, repeats: int = 3, *, verify_sha256: bool = True) -> dict[str, Any]:
     if acks < 1:
         raise ValueError(f"--keys {acks} (the number of acks for s6) is invalid: use >= 1")
     server = SeaweedFSServer().start()
@@ -33,7 +34,8 @@ def run(acks: int, repeats: int = 3) -> dict[str, Any]:
 
         store._client.meta.events.register("before-call.s3", count)
         clock = ManualClock(1_000_000)
-        coordinator = CheckpointCoordinator(store, "s6", clock=clock, max_parallelism=32768)
+        config = CheckpointConfig(verify_sha256=verify_sha256)
+        coordinator = CheckpointCoordinator(store, "s6", config=config, clock=clock, max_parallelism=32768)
         responder = TaskCheckpointResponder(store, "s6")
         tasks = [TaskId("op", i) for i in range(acks)]
         runs = []
@@ -59,6 +61,6 @@ def run(acks: int, repeats: int = 3) -> dict[str, Any]:
                     "by_operation": dict(calls),
                 }
             )
-        return {"acks": acks, "runs": runs}
+        return {"acks": acks, "verify_sha256": verify_sha256, "runs": runs}
     finally:
         server.stop(grace_s=1)
