@@ -86,13 +86,25 @@ MAX_DELTA_FRACTION = 0.5
 Group = tuple[str, Any, Any]  # (state name, key, namespace)
 
 
+_SINGLE_ROW_KINDS = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING})
+
+
 def _groups(part: KeyedStateSnapshot, kg: int) -> dict[Group, tuple[StateRow, ...]]:
-    """Rows of one key group by (state, key, namespace), in snapshot order."""
-    out: dict[Group, list[StateRow]] = {}
+    """Rows of one key group by (state, key, namespace), in snapshot order. A single-value state
+    has one row per entry (one dict comprehension); when it lists an entry twice (a corrupt file),
+    the general path keeps both rows, so the backend's restore still refuses it."""
+    out: dict[Group, tuple[StateRow, ...]] = {}
     for name, rows in part.key_groups.get(kg, {}).items():
+        if part.kinds.get(name) in _SINGLE_ROW_KINDS:
+            single = {(name, row[0], row[1]): (row,) for row in rows}
+            if len(single) == len(rows):
+                out.update(single)
+                continue
+        grouped: dict[Group, list[StateRow]] = {}
         for row in rows:
-            out.setdefault((name, row.key, row.namespace), []).append(row)
-    return {g: tuple(r) for g, r in out.items()}
+            grouped.setdefault((name, row.key, row.namespace), []).append(row)
+        out.update((g, tuple(r)) for g, r in grouped.items())
+    return out
 
 
 def _part(
@@ -277,7 +289,8 @@ def read_operator_restore(
             for name, key, ns in deleted:
                 groups.pop((name, key_from_jsonable(key), key_from_jsonable(ns)), None)
         restored[kg] = RestoredKeyGroup(chain, groups)
-        restore.keyed.append(_part(first, kg, groups, kinds))
+        whole_file = not chain.deltas and first.key_group_range == KeyGroupRange(kg, kg)
+        restore.keyed.append(first if whole_file else _part(first, kg, groups, kinds))
     return restore, restored
 
 

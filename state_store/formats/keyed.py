@@ -26,6 +26,7 @@ and a map state one row per entry.
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 from collections.abc import Iterable
@@ -255,26 +256,36 @@ def _from_table(table: pa.Table) -> KeyedStateSnapshot:
     keys, namespaces, values = _bulk_keys(cols[2]), _bulk_keys(cols[3]), _bulk_json(cols[4])
     new_row = tuple.__new__  # StateRow(...) without NamedTuple's Python-level __new__
     maps = {n for n, k in kinds.items() if k is StateKind.MAP}
-    at: tuple[Any, Any] = (None, None)
-    rows: list[StateRow] = []
-    for kg, name, key, ns, value, expiry in zip(cols[0], cols[1], keys, namespaces, values, cols[5]):
-        if (kg, name) != at:  # writers keep them adjacent; if not, setdefault finds the same list
-            if kg not in rng or name not in kinds:
-                raise StateFileError(
-                    f"row of state {name!r} in key group {kg} lies outside range {rng} or kinds"
-                )
-            rows = groups.setdefault(kg, {}).setdefault(name, [])
-            at = (kg, name)
-        if name in maps:
-            user_key, user_value = value
-            value = (key_from_jsonable(user_key), user_value)
-        rows.append(new_row(StateRow, (key, ns, value, expiry)))
+    key_groups, names = set(cols[0]), set(cols[1])
+    if len(key_groups) == 1 and len(names) == 1 and not names & maps:  # one run: the usual file
+        (kg,), (name,) = key_groups, names
+        _check_run(kg, name, rng, kinds)
+        groups[kg] = {
+            name: list(map(functools.partial(new_row, StateRow), zip(keys, namespaces, values, cols[5])))
+        }
+    else:
+        at: tuple[Any, Any] = (None, None)
+        rows: list[StateRow] = []
+        for kg, name, key, ns, value, expiry in zip(cols[0], cols[1], keys, namespaces, values, cols[5]):
+            if (kg, name) != at:  # writers keep them adjacent; if not, setdefault finds the same list
+                _check_run(kg, name, rng, kinds)
+                rows = groups.setdefault(kg, {}).setdefault(name, [])
+                at = (kg, name)
+            if name in maps:
+                user_key, user_value = value
+                value = (key_from_jsonable(user_key), user_value)
+            rows.append(new_row(StateRow, (key, ns, value, expiry)))
     return KeyedStateSnapshot(
         max_parallelism=int(meta["epochal.max_parallelism"]),
         key_group_range=rng,
         kinds=kinds,
         key_groups={kg: {n: tuple(rows) for n, rows in states.items()} for kg, states in groups.items()},
     )
+
+
+def _check_run(kg: int, name: str, rng: KeyGroupRange, kinds: dict[str, StateKind]) -> None:
+    if kg not in rng or name not in kinds:
+        raise StateFileError(f"row of state {name!r} in key group {kg} lies outside range {rng} or kinds")
 
 
 def _bulk_json(texts: list[str]) -> list[Any]:
