@@ -53,8 +53,19 @@ class _Bulk:
 
     def clear_many(self, keys: Sequence[Any], namespace: Any = None) -> None:
         groups, _ = self._prepare(keys)
-        for kg, key in zip(groups, keys):
-            self._table.remove(kg, (key, namespace))
+        table = self._table
+        if table.ttl is not None:
+            for kg, key in zip(groups, keys):
+                table.remove(kg, (key, namespace))
+            return
+        by_group, touched = table.groups, set()
+        for kg, key in zip(groups, keys):  # StateTable.remove, inlined (no TTL to consult)
+            group = by_group.get(kg)
+            if group is not None and group.pop((key, namespace), None) is not None:
+                touched.add(kg)
+                if not group:
+                    del by_group[kg]
+        table.dirty.update(touched)
 
 
 class BulkValueState(_Bulk, Generic[T]):
@@ -66,10 +77,17 @@ class BulkValueState(_Bulk, Generic[T]):
 
     def get_many(self, keys: Sequence[Any], namespace: Any = None) -> list[T | None]:
         groups, now = self._prepare(keys)
-        get, default = self._table.get, self._default
+        table, default = self._table, self._default
         out: list[T | None] = []
+        if table.ttl is None:  # StateTable.get, inlined: no expiry to check or refresh
+            by_group = table.groups
+            for kg, key in zip(groups, keys):
+                group = by_group.get(kg)
+                cell = None if group is None else group.get((key, namespace))
+                out.append(default if cell is None else cell[0])
+            return out
         for kg, key in zip(groups, keys):
-            found = get(kg, (key, namespace), now)
+            found = table.get(kg, (key, namespace), now)
             out.append(default if found is ABSENT else found)
         return out
 
@@ -77,6 +95,19 @@ class BulkValueState(_Bulk, Generic[T]):
         """Store each value under its key; a None value clears that key (as ``update(None)``)."""
         groups, now = self._prepare(keys, values)
         table = self._table
+        if table.ttl is None:  # StateTable.put, inlined: every entry is stored without expiry
+            by_group, touched = table.groups, set()
+            for kg, key, value in zip(groups, keys, values):
+                if value is None:
+                    table.remove(kg, (key, namespace))
+                    continue
+                group = by_group.get(kg)
+                if group is None:
+                    group = by_group[kg] = {}
+                group[(key, namespace)] = (value, None)
+                touched.add(kg)
+            table.dirty.update(touched)
+            return
         for kg, key, value in zip(groups, keys, values):
             if value is None:
                 table.remove(kg, (key, namespace))
