@@ -100,9 +100,8 @@ class WindowOperator(KeyedOperator):
         bulk = self.backend.bulk(self.acc)
         for ws in due:
             keys = self._pending.pop(ws)
-            accs = bulk.get_many(keys, namespace=ws)
+            accs = bulk.pop_many(keys, namespace=ws)
             self._results.extend((k, ws, ws + size, a) for k, a in zip(keys, accs) if a is not None)
-            bulk.clear_many(keys, namespace=ws)
 
     @property
     def watermark(self) -> int:

@@ -91,6 +91,30 @@ class BulkValueState(_Bulk, Generic[T]):
             out.append(default if found is ABSENT else found)
         return out
 
+    def pop_many(self, keys: Sequence[Any], namespace: Any = None) -> list[T | None]:
+        """``get_many`` then ``clear_many`` of the same keys, in one pass when there is no TTL (a
+        window firing: read every accumulator of the window, then drop the window)."""
+        table = self._table
+        if table.ttl is not None:
+            values = self.get_many(keys, namespace)
+            self.clear_many(keys, namespace)
+            return values
+        groups, _ = self._prepare(keys)
+        by_group, touched, default = table.groups, set(), self._default
+        out: list[T | None] = []
+        for kg, key in zip(groups, keys):
+            group = by_group.get(kg)
+            cell = None if group is None else group.pop((key, namespace), None)
+            if cell is None:
+                out.append(default)
+                continue
+            out.append(cell[0])
+            touched.add(kg)
+            if not group:
+                del by_group[kg]
+        table.dirty.update(touched)
+        return out
+
     def put_many(self, keys: Sequence[Any], values: Sequence[T | None], namespace: Any = None) -> None:
         """Store each value under its key; a None value clears that key (as ``update(None)``)."""
         groups, now = self._prepare(keys, values)

@@ -223,3 +223,20 @@ def test_bulk_aggregation_equals_per_record_aggregation(pairs: list[tuple[Any, i
         slow.set_current_key(key)
         mean.add(value)
     assert fast.snapshot().key_groups == slow.snapshot().key_groups
+
+
+@pytest.mark.parametrize("ttl", [None, StateTtlConfig(1_000_000)])
+def test_bulk_pop_many_reads_then_clears_like_get_and_clear(ttl: StateTtlConfig | None) -> None:
+    """``pop_many`` (one pass without TTL) = ``get_many`` + ``clear_many`` (the TTL path)."""
+    acc = ValueStateDescriptor[list[int]]("acc", ttl=ttl)
+    keys = ["a", "b", 7, (1, "x"), "missing"]
+    popped, reference = full_backend(now_ms=lambda: 5), full_backend(now_ms=lambda: 5)
+    for backend in (popped, reference):
+        backend.bulk(acc).put_many(keys[:4], [[1, 2], [3, 4], [5, 6], [7, 8]], namespace=10)
+        backend.bulk(acc).put_many(["a"], [[9, 9]], namespace=20)
+    expected = reference.bulk(acc).get_many(keys, namespace=10)
+    reference.bulk(acc).clear_many(keys, namespace=10)
+    assert popped.bulk(acc).pop_many(keys, namespace=10) == expected == [[1, 2], [3, 4], [5, 6], [7, 8], None]
+    assert popped.snapshot().key_groups == reference.snapshot().key_groups
+    assert popped.bulk(acc).get_many(["a"], namespace=20) == [[9, 9]]
+    assert popped.changed_key_groups == reference.changed_key_groups
