@@ -6,9 +6,10 @@ order of the inputs, and a failing read raises its exception when the caller rea
 exactly where a sequential loop would have raised it (the first failure in input order wins; the
 reads still queued are cancelled and the running ones finish before the exception propagates).
 
-Only stores that declare ``max_concurrent_reads`` (an int > 1) are read concurrently: the
-adapters in ``state_store.storage`` do; any other store (fault-injection wrappers whose faults are
-consumed in call order, test doubles) is read sequentially, one item at a time, as before.
+Only stores that declare ``max_concurrent_reads`` (an int > 1) are read concurrently: S3 and the
+in-memory test store do (the local store does not: its reads are faster than a thread hand-off);
+any other store (fault-injection wrappers whose faults are consumed in call order, test doubles)
+is read sequentially, one item at a time, as before.
 """
 
 from __future__ import annotations
