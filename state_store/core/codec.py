@@ -24,6 +24,7 @@ import hashlib
 import json
 import types
 import typing
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 FORMAT_VERSION = 1
@@ -120,43 +121,90 @@ def _hints(tp: type) -> dict[str, Any]:
 
 
 def _decode(tp: Any, value: Any) -> Any:
+    return _decoder(tp)(value)
+
+
+@functools.cache
+def _decoder(tp: Any) -> Callable[[Any], Any]:
+    """The decoding function of field type ``tp`` (module docstring), built once per type: the
+    typing introspection runs here, not per value. Same results and errors as decoding each
+    value reflectively; a dataclass resolves its fields' decoders on first use (no recursion on
+    self-referencing types)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if value is None:
-            return None
-        return _decode(args[0], value)
+        inner = _decoder(args[0])
+        return lambda value: None if value is None else inner(value)
     if origin is tuple:
         (item_tp, _ellipsis) = typing.get_args(tp)
-        if not isinstance(value, list):
-            raise TypeError(f"expected a list, got {type(value).__name__}")
-        return tuple(_decode(item_tp, v) for v in value)
+        item = _decoder(item_tp)
+
+        def decode_tuple(value: Any) -> Any:
+            if not isinstance(value, list):
+                raise TypeError(f"expected a list, got {type(value).__name__}")
+            return tuple(map(item, value))
+
+        return decode_tuple
     if origin is dict or tp is dict:
-        if not isinstance(value, dict):
-            raise TypeError(f"expected an object, got {type(value).__name__}")
-        return dict(value)
+
+        def decode_dict(value: Any) -> Any:
+            if not isinstance(value, dict):
+                raise TypeError(f"expected an object, got {type(value).__name__}")
+            return dict(value)
+
+        return decode_dict
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        return _dataclass_decoder(tp)
+    if isinstance(tp, type) and issubclass(tp, enum.Enum):
+        return tp
+    if tp is float:
+
+        def decode_float(value: Any) -> Any:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"expected a number, got {value!r}")
+            return float(value)
+
+        return decode_float
+    if tp in (int, str, bool):
+
+        def decode_scalar(value: Any) -> Any:
+            if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
+                raise TypeError(f"expected {tp.__name__}, got {value!r}")
+            return value
+
+        return decode_scalar
+    if tp is Any:
+        return lambda value: value
+    raise TypeError(f"unsupported field type {tp!r}")
+
+
+def _dataclass_decoder(tp: type) -> Callable[[Any], Any]:
+    plan: list[tuple[str, bool, Callable[[Any], Any]]] | None = None
+
+    def field_plan() -> list[tuple[str, bool, Callable[[Any], Any]]]:
+        hints = _hints(tp)
+        return [
+            (
+                f.name,
+                f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING,
+                _decoder(hints[f.name]),
+            )
+            for f in _fields(tp)
+        ]
+
+    def decode_dataclass(value: Any) -> Any:
+        nonlocal plan
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
-        hints = _hints(tp)
+        if plan is None:
+            plan = field_plan()  # rebinding is atomic: a racing thread builds an equal plan
         kwargs = {}
-        for f in _fields(tp):
-            if f.name not in value:
-                if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING:
+        for name, optional, decode in plan:
+            if name not in value:
+                if optional:
                     continue
-                raise KeyError(f"missing field {f.name!r}")
-            kwargs[f.name] = _decode(hints[f.name], value[f.name])
+                raise KeyError(f"missing field {name!r}")
+            kwargs[name] = decode(value[name])
         return tp(**kwargs)
-    if isinstance(tp, type) and issubclass(tp, enum.Enum):
-        return tp(value)
-    if tp is float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise TypeError(f"expected a number, got {value!r}")
-        return float(value)
-    if tp in (int, str, bool):
-        if not isinstance(value, tp) or (tp is int and isinstance(value, bool)):
-            raise TypeError(f"expected {tp.__name__}, got {value!r}")
-        return value
-    if tp is Any:
-        return value
-    raise TypeError(f"unsupported field type {tp!r}")
+
+    return decode_dataclass

@@ -23,6 +23,7 @@ import errno
 import fcntl
 import hashlib
 import os
+import stat
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -153,12 +154,14 @@ class LocalObjectStore:
         return ObjectData(key, data, _version(st))
 
     def head(self, key: str) -> ObjectInfo | None:
-        path = self._path(key)
-        try:
-            st = path.stat()
+        validate_key(key)
+        if key.split("/", 1)[0] == _INTERNAL:
+            raise InvalidKeyError(f"object key {key!r} is reserved by the local store")
+        try:  # one stat of a plain string path (hot: every listing and verification calls this)
+            st = os.stat(os.path.join(self._root, key))
         except (FileNotFoundError, NotADirectoryError):
             return None
-        if not path.is_file():
+        if not stat.S_ISREG(st.st_mode):
             return None
         return ObjectInfo(key, st.st_size, _version(st), st.st_mtime_ns // 1_000_000)
 
