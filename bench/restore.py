@@ -3,7 +3,8 @@
 The floor reads every state file the checkpoint references from the same store and decodes it
 with ``pyarrow.ipc`` (no checksum, no Python objects): no restore can be faster on this machine.
 Epochal's restore = ``read_operator_restore`` (fetch, size + SHA-256 check, decode, chain merge)
-+ loading the heap backend, over every key group (the whole state, as parallelism 1 would).
++ loading the heap backend, over every key group (the whole state, as parallelism 1 would), with
+the cyclic GC paused as a subtask pauses it.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 
 from bench.gen import EventSpec, epoch_events
 from spark_jobs.api.job import Job
+from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.state_io import read_operator_restore
 from state_store.core import JobLayout, load_completed
 from state_store.core.coordinator import CheckpointCoordinator
@@ -43,10 +45,11 @@ def floor_and_restore(store_uri: str, job: Job, uid: str = "windows") -> dict[st
     floor = time.perf_counter() - began
     everything = KeyGroupRange(0, job.max_parallelism - 1)
     began = time.perf_counter()
-    restored, _ = read_operator_restore(store, meta, uid, everything)
-    backend = KeyedStateBackend(everything, job.max_parallelism)
-    if restored is not None:
-        backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
+    with gc_paused():  # as a subtask restores (spark_jobs.runtime.gcpause)
+        restored, _ = read_operator_restore(store, meta, uid, everything)
+        backend = KeyedStateBackend(everything, job.max_parallelism)
+        if restored is not None:
+            backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
     restore = time.perf_counter() - began
     return {
         "checkpoint_id": latest.checkpoint_id,
