@@ -16,6 +16,7 @@ from typing import Any
 
 from spark_jobs.api.graph import Stage
 from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.subtask import KeyedSubtask, SourceSubtask
 
@@ -31,16 +32,29 @@ def terminal_stage(plan: EpochPlan) -> Stage:
     return terminal[0]
 
 
+def run_source_subtask(plan: EpochPlan, stage_index: int, index: int) -> list[Any]:
+    """One source subtask, restore to acks, in a single GC pause (``gcpause``): the restored state
+    is not traversed by a collection between the restore and the processing."""
+    with gc_paused():
+        return list(SourceSubtask(plan, stage_index, index).run())
+
+
+def run_keyed_subtask(plan: EpochPlan, stage_index: int, index: int, messages: Iterable[Any]) -> list[Any]:
+    """One keyed subtask, restore to acks, in a single GC pause (see ``run_source_subtask``)."""
+    with gc_paused():
+        return list(KeyedSubtask(plan, stage_index, index).run(messages))
+
+
 def _source_task(plan: EpochPlan, stage_index: int) -> Any:
     def run(index: int, _: Iterable[Any]) -> Iterator[Any]:
-        return SourceSubtask(plan, stage_index, index).run()
+        return iter(run_source_subtask(plan, stage_index, index))
 
     return run
 
 
 def _keyed_task(plan: EpochPlan, stage_index: int) -> Any:
     def run(index: int, messages: Iterable[Any]) -> Iterator[Any]:
-        return KeyedSubtask(plan, stage_index, index).run(messages)
+        return iter(run_keyed_subtask(plan, stage_index, index, messages))
 
     return run
 
@@ -74,14 +88,12 @@ def run_in_process(plan: EpochPlan) -> list[dict[str, Any]]:
     def build(stage: Stage) -> list[list[Any]]:
         """Output of every subtask of ``stage``."""
         if stage.key is None:
-            return [
-                list(SourceSubtask(plan, stage.index, i).run()) for i in range(topo.width(stage, plan.job))
-            ]
+            return [run_source_subtask(plan, stage.index, i) for i in range(topo.width(stage, plan.job))]
         inbox: list[list[Any]] = [[] for _ in range(plan.job.parallelism)]
         for upstream in stage.inputs:
             for outputs in build(stages[upstream]):
                 for dest, message in outputs:
                     inbox[dest].append((dest, message))
-        return [list(KeyedSubtask(plan, stage.index, i).run(inbox[i])) for i in range(plan.job.parallelism)]
+        return [run_keyed_subtask(plan, stage.index, i, inbox[i]) for i in range(plan.job.parallelism)]
 
     return [summary for outputs in build(terminal_stage(plan)) for summary in outputs]

@@ -6,6 +6,12 @@ every live object -- measured on the S1 benchmark: 4 full collections per epoch 
 epoch time. None of these objects are cyclic garbage while the subtask runs, so nothing is lost
 by collecting later: the collector resumes when the outermost pause ends.
 
+A subtask runs from its restore to its acks in one pause (``executors.run_keyed_subtask``) and
+disposes of its state before the pause ends (``SubtaskRunner.dispose``): the backend and its
+handles form reference cycles, so otherwise the whole state would wait for the collector, and the
+first collections after the pause would traverse every object the epoch created (measured in
+process on S1: 4.4 s of GC in a 22 s run; 0.02 s with both).
+
 Invariants: pauses nest and may overlap across threads (a depth counter under a lock); the
 collector is re-enabled only by the outermost exit and only if it was enabled at the first entry
 (a process that disabled it itself keeps it disabled); an exception still ends the pause.

@@ -100,6 +100,11 @@ class Operator:
     def finish(self) -> None:
         return None
 
+    def dispose(self) -> None:
+        """The subtask is done (acks written): drop state so that reference counting frees it
+        while the cyclic GC is still paused (``spark_jobs.runtime.gcpause``)."""
+        return None
+
     def metrics(self) -> dict[str, Any]:
         return {}
 

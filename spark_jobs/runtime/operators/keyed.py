@@ -40,6 +40,9 @@ class KeyedOperator(Operator):
             self.timers.restore(restored.timers, key_groups=ctx.key_groups)
             self.restore_extra(restored.extra)
 
+    def dispose(self) -> None:
+        self.backend.dispose()
+
     def register_states(self) -> None:
         """Touch every state descriptor once so snapshots list it even when empty."""
 

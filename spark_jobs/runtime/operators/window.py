@@ -85,6 +85,10 @@ class WindowOperator(KeyedOperator):
                 int(ns): keys for ns, keys in self.backend.keys_by_namespace(self.acc.name).items()
             }
 
+    def dispose(self) -> None:
+        self._pending = {}
+        super().dispose()
+
     def process_watermark(self, timestamp: int) -> None:
         self.timers.advance_watermark(timestamp)
         if self.indexed:

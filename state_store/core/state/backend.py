@@ -395,6 +395,13 @@ class KeyedStateBackend:
         them, completes and subsumes it."""
         return None
 
+    def dispose(self) -> None:
+        """Drop all state: the owner is done with this backend. Its entries are freed at once by
+        reference counting (handles and the backend form reference cycles, so without this the
+        whole state waits for -- and is traversed by -- the cyclic garbage collector)."""
+        for table in self._tables.values():
+            table.groups = {}
+
     # -- restore --------------------------------------------------------------------------------
     def restore(
         self,
