@@ -7,6 +7,7 @@ Switches (module attributes, all True in production):
   keyed.FAST_CODEC        state files: bulk JSON parse, int fast paths (same bytes)
   keys.CACHE_KEY_GROUPS   process-wide key -> key group cache for the shuffle (warm across epochs)
   gcpause.ENABLED         the cyclic garbage collector paused while a subtask runs
+  window.COLUMNAR         Count/Sum windows over int keys kept as numpy columns (``window_columns``)
 Always on (no switch): the backend's process-wide key-group cache and unrolled ownership check,
 shallow copies of flat accumulator lists in snapshots. ``python -m bench.ablation``.
 """
@@ -33,6 +34,7 @@ STEPS = [
     ("+ fast state-file codec", {"FAST_CODEC": True}),
     ("+ key-group cache in the shuffle", {"CACHE_KEY_GROUPS": True}),
     ("+ cyclic GC paused inside subtasks", {"ENABLED": True}),
+    ("+ columnar window accumulators", {"COLUMNAR": True}),
 ]
 MODULES = {
     "INDEXED_FIRING": window,
@@ -40,6 +42,7 @@ MODULES = {
     "FAST_CODEC": keyed,
     "CACHE_KEY_GROUPS": keys,
     "ENABLED": gcpause,
+    "COLUMNAR": window,
 }
 
 

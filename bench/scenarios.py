@@ -265,7 +265,16 @@ def _s4_markdown(s4: dict[str, Any], spec: EventSpec) -> list[str]:
             ["what", "seconds"],
             [
                 ["pyarrow floor (get + verify-free IPC read of the same files)", s4["floor_s"]],
-                ["Epochal restore (fetch, verify SHA-256, decode, load backend)", s4["restore_s"]],
+                [
+                    "Epochal restore (fetch, verify SHA-256, decode, open the window operator"
+                    + (": columnar accumulators)" if s4.get("restore_columnar") else ")"),
+                    s4["restore_s"],
+                ],
+                *(
+                    [["the same files into the heap backend (other operators)", s4["heap_restore_s"]]]
+                    if "heap_restore_s" in s4
+                    else []
+                ),
                 *[
                     [f"peer restart ({n}): new query, one tiny batch", v]
                     for n, v in s4.get("peer_restart_s", {}).items()

@@ -16,8 +16,9 @@ every old subtask's entry, verified (size and SHA-256) and decoded.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from spark_jobs.runtime.operators.base import OperatorRestore, OperatorSnapshot
@@ -25,9 +26,10 @@ from state_store.core.codec import sha256_hex
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, StateHandle
+from state_store.core.parallel import map_ordered, write_concurrency
 from state_store.core.ports import ObjectStore
 from state_store.core.state.descriptors import StateKind
-from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.core.state.snapshot import KeyedStateSnapshot, RowColumns, StateRow
 from state_store.formats.json_codec import key_from_jsonable, key_to_jsonable
 from state_store.formats.keyed import decode_key_groups, encode_key_groups
 
@@ -78,6 +80,9 @@ def _timers_from_json(
     return out
 
 
+UPLOAD_CONCURRENCY = 8
+"""Key-group files of one operator snapshot written at once (stores that declare
+``max_concurrent_writes``; Flink's checkpoint transfer threads)."""
 MAX_DELTA_CHAIN = 8
 """A key group's file chain is at most a base plus this many deltas; then a full file is written."""
 MAX_DELTA_FRACTION = 0.5
@@ -189,12 +194,22 @@ def write_operator_snapshot(
     keyed = snap.keyed
     if keyed is not None:
         reusable = keyed.reusable_key_groups
-        for kg in sorted(keyed.key_groups):
-            previous = base.get(kg)
-            if kg in reusable and previous is not None:
-                chain = previous.chain
+        kgs = sorted(keyed.key_groups)
+        reused = {kg: base[kg].chain for kg in kgs if kg in reusable and kg in base}
+        todo = [kg for kg in kgs if kg not in reused]
+
+        def write(kg: int, keyed: KeyedStateSnapshot = keyed) -> tuple[KeyGroupChain, WrittenSnapshot]:
+            part = WrittenSnapshot()
+            return _next_chain(store, layout, uid, keyed, kg, base.get(kg), part), part
+
+        written = dict(zip(todo, map_ordered(write, todo, write_concurrency(store, UPLOAD_CONCURRENCY))))
+        for kg in kgs:
+            if kg in reused:
+                chain = reused[kg]
             else:
-                chain = _next_chain(store, layout, uid, keyed, kg, previous, out)
+                chain, part = written[kg]
+                out.bytes_written += part.bytes_written
+                out.files_written += part.files_written
             files[str(kg)] = chain.to_json()
             out.handles.extend(chain.handles())
     out.snapshot = {STATE_FILES: files, "timers": _timers_to_json(snap.timers), "extra": snap.extra}
@@ -210,8 +225,10 @@ def _next_chain(
     previous: RestoredKeyGroup | None,
     out: WrittenSnapshot,
 ) -> KeyGroupChain:
+    columnar = any(isinstance(rows, RowColumns) for rows in keyed.key_groups.get(kg, {}).values())
     if (
         previous is not None
+        and not columnar  # a columnar operator's changed key groups are written whole
         and len(previous.chain.deltas) < MAX_DELTA_CHAIN
         and _delta_may_fit(keyed, kg, previous)
     ):
@@ -240,12 +257,32 @@ def _delta_may_fit(keyed: KeyedStateSnapshot, kg: int, previous: RestoredKeyGrou
     return lower_bound <= MAX_DELTA_FRACTION * max(len(entries), 1)
 
 
-@dataclass
 class RestoredKeyGroup:
-    """A key group as restored: its file chain and its entries (the base of the next delta)."""
+    """A key group as restored: its file chain and its entries (the base of the next delta), given
+    or grouped on first use from the decoded file (a columnar operator never compares against
+    them: its changed key groups are written whole)."""
 
-    chain: KeyGroupChain
-    groups: dict[Group, tuple[StateRow, ...]]
+    __slots__ = ("_groups", "_lazy", "chain")
+
+    def __init__(
+        self,
+        chain: KeyGroupChain,
+        groups: dict[Group, tuple[StateRow, ...]] | None = None,
+        *,
+        lazy: Callable[[], dict[Group, tuple[StateRow, ...]]] | None = None,
+    ) -> None:
+        if (groups is None) == (lazy is None):
+            raise ValueError("pass exactly one of groups and lazy")
+        self.chain = chain
+        self._groups = groups
+        self._lazy = lazy
+
+    @property
+    def groups(self) -> dict[Group, tuple[StateRow, ...]]:
+        if self._groups is None:
+            assert self._lazy is not None
+            self._groups, self._lazy = self._lazy(), None
+        return self._groups
 
 
 def task_snapshots(metadata: CompletedMetadata | None, uid: str) -> list[Mapping[str, Any]]:
@@ -255,12 +292,18 @@ def task_snapshots(metadata: CompletedMetadata | None, uid: str) -> list[Mapping
 
 
 def read_operator_restore(
-    store: ObjectStore, metadata: CompletedMetadata | None, uid: str, key_groups: KeyGroupRange
+    store: ObjectStore,
+    metadata: CompletedMetadata | None,
+    uid: str,
+    key_groups: KeyGroupRange,
+    *,
+    int_rows: bool = False,
 ) -> tuple[OperatorRestore | None, dict[int, RestoredKeyGroup]]:
     """Fetch, verify and merge the state of ``uid`` for ``key_groups`` from a completed checkpoint.
 
     Returns the restore (None if the operator has no state there: a new operator starts empty)
     and every restored key group's chain and entries (the base of the next incremental snapshot).
+    ``int_rows``: files of the columnar shape decode to ``IntRows`` (for a columnar operator).
     """
     entries = task_snapshots(metadata, uid)
     if metadata is None or not entries:
@@ -278,7 +321,11 @@ def read_operator_restore(
     restored: dict[int, RestoredKeyGroup] = {}
     for kg in sorted(chains):
         chain = chains[kg]
-        first = _load(store, chain.base, metadata.checkpoint_id)
+        first = _load(store, chain.base, metadata.checkpoint_id, int_rows)
+        if not chain.deltas and first.key_group_range == KeyGroupRange(kg, kg):
+            restored[kg] = RestoredKeyGroup(chain, lazy=partial(_groups, first, kg))
+            restore.keyed.append(first)
+            continue
         kinds = dict(first.kinds)
         groups = _groups(first, kg)
         for delta_file, deleted in chain.deltas:
@@ -289,12 +336,13 @@ def read_operator_restore(
             for name, key, ns in deleted:
                 groups.pop((name, key_from_jsonable(key), key_from_jsonable(ns)), None)
         restored[kg] = RestoredKeyGroup(chain, groups)
-        whole_file = not chain.deltas and first.key_group_range == KeyGroupRange(kg, kg)
-        restore.keyed.append(first if whole_file else _part(first, kg, groups, kinds))
+        restore.keyed.append(_part(first, kg, groups, kinds))
     return restore, restored
 
 
-def _load(store: ObjectStore, handle: StateHandle, checkpoint_id: int) -> KeyedStateSnapshot:
+def _load(
+    store: ObjectStore, handle: StateHandle, checkpoint_id: int, int_rows: bool = False
+) -> KeyedStateSnapshot:
     try:
         data = store.get(handle.key).data
     except Exception as exc:
@@ -309,7 +357,7 @@ def _load(store: ObjectStore, handle: StateHandle, checkpoint_id: int) -> KeyedS
             f"{digest}, the checkpoint says {handle.size} bytes and {handle.sha256}; restore from an "
             "earlier checkpoint or a savepoint"
         )
-    return decode_key_groups(data, "arrow", source=handle.key)
+    return decode_key_groups(data, "arrow", source=handle.key, int_rows=int_rows)
 
 
 def referenced(handles: Iterable[StateHandle]) -> list[StateHandle]:

@@ -243,7 +243,13 @@ class SubtaskRunner:
             restored = None
             began = time.perf_counter()
             if op.stateful and op.uid:
-                restored, base = read_operator_restore(self.store, self.metadata, op.uid, self.key_groups)
+                restored, base = read_operator_restore(
+                    self.store,
+                    self.metadata,
+                    op.uid,
+                    self.key_groups,
+                    int_rows=bool(getattr(op, "columnar_restore", False)),
+                )
                 self.base_files[op.uid] = base
             op.open(self.ctx, restored)
             self.timing["restore_s"] += time.perf_counter() - began

@@ -9,7 +9,9 @@ reads still queued are cancelled and the running ones finish before the exceptio
 Only stores that declare ``max_concurrent_reads`` (an int > 1) are read concurrently: S3 and the
 in-memory test store do (the local store does not: its reads are faster than a thread hand-off);
 any other store (fault-injection wrappers whose faults are consumed in call order, test doubles)
-is read sequentially, one item at a time, as before.
+is read sequentially, one item at a time, as before. Writes follow the same rule with
+``max_concurrent_writes`` (snapshot uploads: one state file per key group; the local store
+declares it too, since its writes wait on fsync with the GIL released).
 """
 
 from __future__ import annotations
@@ -26,6 +28,15 @@ def read_concurrency(store: object, limit: int) -> int:
     """Reads of ``store`` allowed in flight: ``min(limit, store.max_concurrent_reads)``, 1 when the
     store does not declare it."""
     declared = getattr(store, "max_concurrent_reads", 1)
+    if not isinstance(declared, int) or isinstance(declared, bool):
+        return 1
+    return max(1, min(limit, declared))
+
+
+def write_concurrency(store: object, limit: int) -> int:
+    """Writes of ``store`` allowed in flight: ``min(limit, store.max_concurrent_writes)``, 1 when the
+    store does not declare it (the same rule as reads: fault wrappers stay sequential)."""
+    declared = getattr(store, "max_concurrent_writes", 1)
     if not isinstance(declared, int) or isinstance(declared, bool):
         return 1
     return max(1, min(limit, declared))
@@ -51,4 +62,4 @@ def map_ordered(fn: Callable[[T], R], items: Sequence[T], concurrency: int) -> I
         pool.shutdown(wait=True, cancel_futures=True)
 
 
-__all__ = ["map_ordered", "read_concurrency"]
+__all__ = ["map_ordered", "read_concurrency", "write_concurrency"]

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from state_store.core.keygroups import KEY_ENCODING_VERSION, KeyGroupRange
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.int_rows import IntRows
 from state_store.formats.json_codec import (
     StateValueError,
     key_from_jsonable,
@@ -92,7 +93,10 @@ def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
             if not rows:
                 continue
             is_map = part.kinds[name] is StateKind.MAP
-            fast = None if is_map or not FAST_CODEC else _int_run_columns(rows)
+            if isinstance(rows, IntRows):
+                fast: Any = _int_rows_columns(rows)
+            else:
+                fast = None if is_map or not FAST_CODEC else _int_run_columns(rows)
             key_arr, ns_arr, value_arr, expiry = (
                 fast if fast is not None else _row_columns(rows, name, is_map)
             )
@@ -184,6 +188,20 @@ def _int_run_columns(rows: tuple[StateRow, ...]) -> tuple[pa.Array, pa.Array, pa
     return key_arr, ns_arr, value_arr, expiry
 
 
+def _int_rows_columns(rows: IntRows) -> tuple[pa.Array, pa.Array, pa.Array, list[Any]]:
+    """The columns of :func:`_int_run_columns` straight from an ``IntRows``'s arrays."""
+    width = rows.values.shape[1]
+    texts = [pa.array(rows.values[:, i]).cast(pa.string()) for i in range(width)]
+    inner = texts[0] if width == 1 else pc.binary_join_element_wise(*texts, ",")
+    value_arr = pc.binary_join_element_wise("[", inner, "]", "")
+    return (
+        pa.array(rows.keys).cast(pa.string()),
+        pa.array(rows.namespaces).cast(pa.string()),
+        value_arr,
+        [None] * len(rows),
+    )
+
+
 def _int_text(values: list[int]) -> pa.Array:
     """Decimal text of Python ints (the text ``json`` and ``str`` write); raises beyond int64."""
     return pa.array(values, pa.int64()).cast(pa.string())
@@ -213,8 +231,14 @@ def encode_each_key_group(
     }
 
 
-def decode_key_groups(data: bytes, fmt: str = "arrow", *, source: str = "<bytes>") -> KeyedStateSnapshot:
-    """Parse a file written by :func:`encode_key_groups`; StateFileError names ``source`` on failure."""
+def decode_key_groups(
+    data: bytes, fmt: str = "arrow", *, source: str = "<bytes>", int_rows: bool = False
+) -> KeyedStateSnapshot:
+    """Parse a file written by :func:`encode_key_groups`; StateFileError names ``source`` on failure.
+
+    ``int_rows``: a file holding one run of a single-value state whose keys, namespaces and values
+    are ints and equally long lists of ints, without expiries, decodes to an :class:`IntRows`
+    (the same rows, as int64 columns, parsed by Arrow); other files decode as usual."""
     _check_fmt(fmt)
     try:
         if fmt == "arrow":
@@ -226,14 +250,14 @@ def decode_key_groups(data: bytes, fmt: str = "arrow", *, source: str = "<bytes>
             f"state file {source!r} is not a readable {fmt} file (truncated or corrupt: {exc}); {_REMEDY}"
         ) from None
     try:
-        return _from_table(table)
+        return _from_table(table, int_rows)
     except StateFileError as exc:
         raise StateFileError(f"state file {source!r}: {exc}; {_REMEDY}") from None
     except (KeyError, TypeError, ValueError) as exc:
         raise StateFileError(f"state file {source!r} has invalid content ({exc}); {_REMEDY}") from None
 
 
-def _from_table(table: pa.Table) -> KeyedStateSnapshot:
+def _from_table(table: pa.Table, int_rows: bool = False) -> KeyedStateSnapshot:
     meta = {k.decode(): v.decode() for k, v in (table.schema.metadata or {}).items()}
     if meta.get("epochal.format") != FORMAT_NAME:
         raise StateFileError("it is not an Epochal keyed-state file (no epochal.format metadata)")
@@ -251,6 +275,15 @@ def _from_table(table: pa.Table) -> KeyedStateSnapshot:
     first, last = json.loads(meta["epochal.key_group_range"])
     rng = KeyGroupRange(int(first), int(last))
     kinds = {n: StateKind(k) for n, k in json.loads(meta["epochal.state_kinds"]).items()}
+    columnar = _int_run(table, rng, kinds) if int_rows and FAST_CODEC else None
+    if columnar is not None:
+        run_kg, run_name, run_rows = columnar
+        return KeyedStateSnapshot(
+            max_parallelism=int(meta["epochal.max_parallelism"]),
+            key_group_range=rng,
+            kinds=kinds,
+            key_groups={run_kg: {run_name: run_rows}},  # type: ignore[dict-item]  # IntRows is a row sequence
+        )
     groups: dict[int, dict[str, list[StateRow]]] = {}
     cols = [table.column(n).to_pylist() for n in SCHEMA.names]
     keys, namespaces, values = _bulk_keys(cols[2]), _bulk_keys(cols[3]), _bulk_json(cols[4])
@@ -281,6 +314,41 @@ def _from_table(table: pa.Table) -> KeyedStateSnapshot:
         kinds=kinds,
         key_groups={kg: {n: tuple(rows) for n, rows in states.items()} for kg, states in groups.items()},
     )
+
+
+_SINGLE_VALUE = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING})
+
+
+def _int_run(
+    table: pa.Table, rng: KeyGroupRange, kinds: dict[str, StateKind]
+) -> tuple[int, str, IntRows] | None:
+    """The file's rows as one ``IntRows`` run, or None when it is not exactly that shape (several
+    runs, a list or map state, expiries, or a key, namespace or value that is not int text / a
+    bracketed list of int texts of one width: Arrow's int parsing refuses anything else)."""
+    if table.num_rows == 0 or table.column("expiry_ms").null_count != table.num_rows:
+        return None
+    kg_col, name_col = table.column("key_group"), table.column("state")
+    kg, name = kg_col[0].as_py(), name_col[0].as_py()
+    if pc.count_distinct(kg_col).as_py() != 1 or pc.count_distinct(name_col).as_py() != 1:
+        return None
+    if kinds.get(name) not in _SINGLE_VALUE:
+        return None
+    _check_run(kg, name, rng, kinds)
+    values = table.column("value").combine_chunks()
+    try:
+        keys = table.column("key").cast(pa.int64()).to_numpy()
+        namespaces = table.column("namespace").cast(pa.int64()).to_numpy()
+        if not (pc.all(pc.starts_with(values, "[")).as_py() and pc.all(pc.ends_with(values, "]")).as_py()):
+            return None
+        parts = pc.split_pattern(pc.utf8_slice_codeunits(values, 1, -1), ",")
+        widths = pc.list_value_length(parts)
+        width = pc.min(widths).as_py()
+        if not width or pc.max(widths).as_py() != width:
+            return None
+        flat = pc.list_flatten(parts).cast(pa.int64()).to_numpy()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        return None
+    return kg, name, IntRows(keys, namespaces, flat.reshape(len(keys), width))
 
 
 def _check_run(kg: int, name: str, rng: KeyGroupRange, kinds: dict[str, StateKind]) -> None:

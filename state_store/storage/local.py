@@ -66,6 +66,8 @@ class LocalObjectStore:
     #: checkpoint: 0.36 s with 16 reads in flight, 0.09 s sequentially). See
     #: ``state_store.core.parallel``; network stores (S3) declare ``max_concurrent_reads``.
     max_concurrent_reads = 1
+    #: Writes may run concurrently (each stages its own temp file; fsync releases the GIL).
+    max_concurrent_writes = 4
 
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self._root = Path(root).absolute()

@@ -26,6 +26,8 @@ class MemoryObjectStore:
 
     #: Reads may run concurrently (every operation holds the lock); see ``state_store.core.parallel``.
     max_concurrent_reads = 16
+    #: Writes may run concurrently too (every operation holds the lock).
+    max_concurrent_writes = 4
 
     _named: dict[str, MemoryObjectStore] = {}
     _named_lock = threading.Lock()

@@ -127,6 +127,8 @@ class S3ObjectStore:
     #: Reads may run concurrently (one thread-safe boto3 client, 32 pooled connections);
     #: see ``state_store.core.parallel``.
     max_concurrent_reads = 32
+    #: Concurrent writes (snapshot uploads; boto3 clients are thread-safe).
+    max_concurrent_writes = 16
 
     def __init__(
         self,

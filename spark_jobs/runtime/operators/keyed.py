@@ -36,9 +36,13 @@ class KeyedOperator(Operator):
         )
         self.register_states()
         if restored is not None:
-            self.backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
             self.timers.restore(restored.timers, key_groups=ctx.key_groups)
+            self.restore_keyed(restored)
             self.restore_extra(restored.extra)
+
+    def restore_keyed(self, restored: OperatorRestore) -> None:
+        """Load the restored keyed state (timers are restored already)."""
+        self.backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
 
     def dispose(self) -> None:
         self.backend.dispose()

@@ -32,9 +32,11 @@ from spark_jobs.api.windows import (
     Sum,
     as_aggregates,
 )
-from spark_jobs.runtime.keys import KeySpec
+from spark_jobs.runtime.keys import KeySpec, key_groups
+from spark_jobs.runtime.operators.base import OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
-from state_store.core.state import ValueStateDescriptor
+from spark_jobs.runtime.operators.window_columns import WindowColumns
+from state_store.core.state import KeyedStateSnapshot, StateKind, ValueStateDescriptor
 from state_store.core.stream import MIN_TIMESTAMP
 from state_store.core.stream.timers import InternalTimer
 
@@ -44,6 +46,9 @@ INDEXED_FIRING = True
 docstring). Switched off only by ``bench/ablation.py`` to measure what it gains."""
 VECTOR_MERGE = True
 """Merge Count/Sum partials into accumulators with numpy (off: per-row merge; ablation only)."""
+COLUMNAR = True
+"""Keep Count/Sum accumulators of indexed windows over int keys in ``WindowColumns`` (off: the heap
+backend; ablation and equivalence tests only)."""
 
 
 def event_times(batch: pa.RecordBatch) -> np.ndarray[Any, np.dtype[np.int64]]:
@@ -74,24 +79,84 @@ class WindowOperator(KeyedOperator):
         """Indexed mode: window start -> keys holding an accumulator for it (not fired yet)."""
         self._results: list[tuple[Any, int, int, list[Any]]] = []
         self.late_records = 0
+        self.columnar_restore = (
+            COLUMNAR and self.indexed and all(type(a) in (Count, Sum) for a in self.aggs.aggregates)
+        )
+        """Columnar mode is possible: the runtime decodes this operator's state files to int columns."""
+        self.cols: WindowColumns | None = None
+        """Columnar mode (``window_columns``): the accumulators live here, not in the backend."""
+        self._restored_from: int | None = None
 
     def register_states(self) -> None:
         self.backend.bulk(self.sessions if self.session else self.acc)
 
     def open(self, ctx: Any, restored: Any) -> None:
+        if self.columnar_restore:
+            self.cols = WindowColumns(len(self.aggs.aggregates))
         super().open(ctx, restored)
-        if self.indexed:
+        if self.indexed and self.cols is None:
             self._pending = {
                 int(ns): keys for ns, keys in self.backend.keys_by_namespace(self.acc.name).items()
             }
 
+    def restore_keyed(self, restored: Any) -> None:
+        self._restored_from = restored.checkpoint_id
+        if self.cols is not None and not any(restored.timers.values()):
+            cols = WindowColumns.restore(
+                self.cols.width,
+                restored.keyed,
+                self.acc.name,
+                self.backend.key_groups,
+                lambda keys: key_groups(pa.array(keys), self.backend.max_parallelism),
+            )
+            if cols is not None:
+                self.cols = cols
+                return
+        self.cols = None  # timers from an older checkpoint, or entries of another shape
+        super().restore_keyed(restored)
+
+    def _demote(self) -> None:
+        """Move the columnar accumulators into the heap backend for the rest of the epoch (an
+        input the columns cannot hold exactly: non-int keys or values, or int64's safe range)."""
+        cols, self.cols = self.cols, None
+        assert cols is not None
+        if self._restored_from is not None:
+            self.backend.restore([], from_checkpoint=self._restored_from)  # the base of reuse
+        bulk = self.backend.bulk(self.acc)
+        for ws, run in sorted(cols.entries().items()):
+            keys = run.keys.tolist()
+            bulk.put_many(keys, run.acc.tolist(), namespace=ws)
+            self._pending[ws] = keys
+        self.backend.mark_changed(cols.changed)
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        if self.cols is None:
+            return super().snapshot(checkpoint_id)
+        rows = self.cols.snapshot_rows()
+        changed = set(self.cols.changed)
+        if self._restored_from is None:
+            changed.update(rows)  # nothing to reuse: every non-empty key group is new
+        keyed = KeyedStateSnapshot(
+            max_parallelism=self.backend.max_parallelism,
+            key_group_range=self.backend.key_groups,
+            kinds={self.acc.name: StateKind.VALUE},
+            key_groups={kg: {self.acc.name: r} for kg, r in rows.items()},  # type: ignore[dict-item]
+            changed_key_groups=frozenset(changed),
+            checkpoint_id=checkpoint_id,
+            base_checkpoint_id=self._restored_from,
+        )
+        return OperatorSnapshot(keyed, self.timers.snapshot(), self.snapshot_extra())
+
     def dispose(self) -> None:
         self._pending = {}
+        self.cols = None
         super().dispose()
 
     def process_watermark(self, timestamp: int) -> None:
         self.timers.advance_watermark(timestamp)
-        if self.indexed:
+        if self.cols is not None:
+            self._fire_columns(timestamp)
+        elif self.indexed:
             self._fire_pending(timestamp)
         self.flush_timer_output()
         self.out.emit_watermark(timestamp)
@@ -107,6 +172,26 @@ class WindowOperator(KeyedOperator):
             accs = bulk.pop_many(keys, namespace=ws)
             self._results.extend((k, ws, ws + size, a) for k, a in zip(keys, accs) if a is not None)
 
+    def _fire_columns(self, watermark: int) -> None:
+        assert self.cols is not None
+        size = self.assigner.size()
+        due = self.cols.due(watermark, size)
+        if not due:
+            return
+        runs = [self.cols.pop(ws) for ws in due]
+        keys = np.concatenate([r.keys for r in runs])
+        starts = np.concatenate([np.full(len(r.keys), ws, dtype=np.int64) for ws, r in zip(due, runs)])
+        acc = np.concatenate([r.acc for r in runs])
+        columns: dict[str, Any] = {
+            self.key_name: pa.array(keys, pa.int64()),
+            "window_start": pa.array(starts, pa.int64()),
+            "window_end": pa.array(starts + size, pa.int64()),
+        }
+        for j, agg in enumerate(self.aggs.aggregates):
+            columns[agg.name] = pa.array(acc[:, j], pa.int64())
+        columns["_ts"] = pa.array(starts + (size - 1), pa.int64())
+        self.out.emit(pa.RecordBatch.from_pydict(columns))
+
     @property
     def watermark(self) -> int:
         return self.timers.current_watermark
@@ -116,6 +201,10 @@ class WindowOperator(KeyedOperator):
         if self.session:
             self._process_sessions(batch)
             return
+        if self.cols is not None:
+            if self._process_columns(batch):
+                return
+            self._demote()
         ts = event_times(batch)
         rows, starts = self.assigner.assign(ts)
         size = self.assigner.size()
@@ -172,6 +261,66 @@ class WindowOperator(KeyedOperator):
             if ws_int + size - 1 <= self.watermark:  # late firing inside the allowed lateness
                 self._results.extend((k, ws_int, ws_int + size, m) for k, m in zip(keys, merged))
         self.flush_timer_output()
+
+    def _process_columns(self, batch: pa.RecordBatch) -> bool:
+        """The columnar ``process_batch``; False (and nothing done) when the batch does not fit
+        the columns: keys or summed columns that are not non-null integers, or sums beyond ``SAFE``."""
+        assert self.cols is not None
+        keys = self.keys_of(batch)
+        if not pa.types.is_integer(keys.type) or keys.null_count:
+            return False
+        for agg in self.aggs.aggregates:
+            column, _ = agg.arrow
+            if column != [] and (
+                not pa.types.is_integer(batch.schema.field(column).type) or batch.column(column).null_count
+            ):
+                return False
+        ts = event_times(batch)
+        rows, starts = self.assigner.assign(ts)
+        size = self.assigner.size()
+        live = starts + size - 1 > self.watermark  # no allowed lateness in columnar mode
+        late_rows = np.setdiff1d(np.arange(batch.num_rows), rows[live])
+        rows, starts = rows[live], starts[live]
+        merged: list[tuple[int, Any, Any, Any]] = []
+        if len(rows):
+            taken = pa.array(rows)
+            columns: dict[str, Any] = {self.key_name: keys.take(taken), "_ws": starts}
+            for agg in self.aggs.aggregates:
+                column, _ = agg.arrow
+                if column != [] and column not in columns:
+                    columns[column] = batch.column(column).take(taken)
+            grouped = (
+                pa.table(columns)
+                .group_by([self.key_name, "_ws"])
+                .aggregate([agg.arrow for agg in self.aggs.aggregates])
+            )
+            group_keys = grouped.column(self.key_name).combine_chunks()
+            partials = np.column_stack(
+                [
+                    grouped.column(a.partial_column()).to_numpy().astype(np.int64, copy=False)
+                    for a in self.aggs.aggregates
+                ]
+            )
+            window_starts = grouped.column("_ws").to_numpy()
+            kgs = key_groups(group_keys, self.backend.max_parallelism)
+            key_values = group_keys.to_numpy(zero_copy_only=False).astype(np.int64)
+            outside = np.nonzero(
+                (kgs < self.backend.key_groups.first) | (kgs > self.backend.key_groups.last)
+            )[0]
+            if len(outside):
+                self.backend.set_current_key(int(key_values[outside[0]]))  # raises KeyOutOfRangeError
+            unique_starts = np.unique(window_starts)
+            if not self.cols.fits(unique_starts.tolist(), partials):
+                return False
+            for ws in unique_starts.tolist():
+                idx = np.nonzero(window_starts == ws)[0]
+                merged.append((ws, key_values[idx], kgs[idx], partials[idx]))
+        if len(late_rows):
+            self.late_records += len(late_rows)
+            self.out.side("late", batch.take(pa.array(late_rows)))
+        for ws, k, g, p in merged:
+            self.cols.merge(ws, k, g, p)
+        return True
 
     def _process_sessions(self, batch: pa.RecordBatch) -> None:
         gap = self.assigner.gap_ms

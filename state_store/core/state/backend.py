@@ -395,6 +395,11 @@ class KeyedStateBackend:
         them, completes and subsumes it."""
         return None
 
+    def mark_changed(self, key_groups: Iterable[int]) -> None:
+        """Count ``key_groups`` (those this backend owns) as changed since the base checkpoint: their
+        content was changed outside this backend (an operator that kept it elsewhere hands it over)."""
+        self._dirty.update(kg for kg in key_groups if kg in self._range)
+
     def dispose(self) -> None:
         """Drop all state: the owner is done with this backend. Its entries are freed at once by
         reference counting (handles and the backend form reference cycles, so without this the

@@ -29,7 +29,7 @@ Invariants
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, NamedTuple
@@ -45,6 +45,26 @@ class StateRow(NamedTuple):
     namespace: Any
     value: Any
     expiry_ms: int | None
+
+
+class RowColumns(Sequence[StateRow]):
+    """Rows of one (key group, state) held column-wise by a subclass (``state_store.formats.
+    int_rows.IntRows``: int64 arrays). A read-only sequence of :class:`StateRow` like a tuple of
+    rows -- iterating it builds the rows -- that snapshots keep as is, so that writers which know
+    the columns skip the rows. Equal to any sequence of the same rows."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Sequence) or isinstance(other, (str, bytes)):
+            return NotImplemented
+        return len(self) == len(other) and all(a == b for a, b in zip(self, other))
+
+    def __ne__(self, other: object) -> bool:
+        equal = self.__eq__(other)
+        return equal if equal is NotImplemented else not equal
+
+    __hash__ = None  # type: ignore[assignment]
 
 
 KeyGroupStates = Mapping[str, tuple[StateRow, ...]]
@@ -72,7 +92,11 @@ class KeyedStateSnapshot:
         for kg in sorted(self.key_groups):
             if kg not in self.key_group_range:
                 raise ValueError(f"key group {kg} lies outside the snapshot's range {self.key_group_range}")
-            states = {name: tuple(rows) for name, rows in sorted(self.key_groups[kg].items()) if rows}
+            states = {
+                name: rows if isinstance(rows, RowColumns) else tuple(rows)
+                for name, rows in sorted(self.key_groups[kg].items())
+                if len(rows)
+            }
             unknown = [name for name in states if name not in self.kinds]
             if unknown:
                 raise ValueError(f"key group {kg} holds states {unknown} that have no kind in the snapshot")

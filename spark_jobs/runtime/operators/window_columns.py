@@ -1,0 +1,211 @@
+"""Columnar window accumulators: the fast path of ``WindowOperator``.
+
+Used for tumbling and sliding windows without allowed lateness (the indexed mode of
+``window.py``) whose aggregates are all ``Count`` / ``Sum`` of integers, over integer keys. The
+heap backend keeps one Python list per (key, window); here each window start holds
+
+    keys  int64[n]      sorted, unique
+    kgs   int32[n]      key group of each key
+    acc   int64[n, w]   one column per aggregate (Count and Sum both merge by addition)
+
+so merging a chunk's partial aggregates, firing a window and taking a snapshot are numpy
+operations, and snapshots are ``IntRows`` that state files encode column-wise (restores decode them
+the same way). The state files are the heap backend's, byte for byte in content: the entries are
+the ``acc`` value state, namespace = window start, value = the accumulator list; either path
+restores what the other wrote (savepoints, rescaling and ``epochal inspect`` see no difference).
+
+Invariants:
+
+* Exactness: every accumulator and partial stays below ``SAFE`` (2**62) in magnitude before a merge,
+  so int64 addition equals Python's; otherwise the operator moves its state to the heap backend
+  (``WindowOperator._demote``), which merges with Python ints, and stays there for the epoch.
+* Arrays are replaced, never written in place, once a snapshot may hold them (``snapshot_rows``
+  slices fresh arrays; ``merge`` copies a run before adding into it).
+* ``changed`` holds every key group whose entries changed since the restore (merges and firings):
+  the snapshot's ``changed_key_groups``; the others reuse their files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from state_store.core.keygroups import KeyGroupRange
+from state_store.core.state.snapshot import KeyedStateSnapshot
+from state_store.formats.int_rows import IntRows
+
+SAFE = 1 << 62
+
+
+@dataclass(frozen=True)
+class Run:
+    """The accumulators of one window start (module docstring)."""
+
+    keys: NDArray[np.int64]
+    kgs: NDArray[np.int32]
+    acc: NDArray[np.int64]
+
+
+class WindowColumns:
+    """Accumulators per window start; see module docstring. One thread."""
+
+    def __init__(self, width: int) -> None:
+        self.width = width
+        self.runs: dict[int, Run] = {}
+        self.changed: set[int] = set()
+
+    # -- merge and fire --------------------------------------------------------------------------
+    def fits(self, window_starts: Iterable[int], partials: NDArray[np.int64]) -> bool:
+        """Whether merging ``partials`` into these windows stays exact in int64 (``SAFE``)."""
+        if len(partials) and int(np.abs(partials).max()) >= SAFE:
+            return False
+        for ws in window_starts:
+            run = self.runs.get(ws)
+            if run is not None and len(run.acc) and int(np.abs(run.acc).max()) >= SAFE:
+                return False
+        return True
+
+    def merge(
+        self, ws: int, keys: NDArray[np.int64], kgs: NDArray[np.int32], partials: NDArray[np.int64]
+    ) -> None:
+        """Add ``partials`` (one row per key, keys unique) into window ``ws``; new keys are inserted."""
+        order = np.argsort(keys, kind="stable")
+        keys, kgs, partials = keys[order], kgs[order], partials[order]
+        run = self.runs.get(ws)
+        if run is None:
+            self.runs[ws] = Run(keys, kgs, partials.astype(np.int64, copy=True))
+        else:
+            pos = np.searchsorted(run.keys, keys)
+            hit = pos < len(run.keys)
+            hit[hit] = run.keys[pos[hit]] == keys[hit]
+            acc = run.acc.copy()
+            acc[pos[hit]] += partials[hit]
+            new = ~hit
+            if new.any():
+                at = pos[new]
+                self.runs[ws] = Run(
+                    np.insert(run.keys, at, keys[new]),
+                    np.insert(run.kgs, at, kgs[new]),
+                    np.insert(acc, at, partials[new], axis=0),
+                )
+            else:
+                self.runs[ws] = Run(run.keys, run.kgs, acc)
+        self.changed.update(np.unique(kgs).tolist())
+
+    def due(self, watermark: int, size: int) -> list[int]:
+        """Window starts whose window fires at ``watermark`` (``end - 1 <= watermark``), in order."""
+        return sorted(ws for ws in self.runs if ws + size - 1 <= watermark)
+
+    def pop(self, ws: int) -> Run:
+        run = self.runs.pop(ws)
+        self.changed.update(np.unique(run.kgs).tolist())
+        return run
+
+    # -- snapshot and restore --------------------------------------------------------------------
+    def snapshot_rows(self) -> dict[int, IntRows]:
+        """Every entry as ``IntRows`` per key group (rows by window start, then key)."""
+        if not self.runs:
+            return {}
+        starts = sorted(self.runs)
+        runs = [self.runs[ws] for ws in starts]
+        keys = np.concatenate([r.keys for r in runs])
+        kgs = np.concatenate([r.kgs for r in runs])
+        namespaces = np.concatenate([np.full(len(r.keys), ws, dtype=np.int64) for ws, r in zip(starts, runs)])
+        acc = np.concatenate([r.acc for r in runs])
+        order = np.argsort(kgs, kind="stable")
+        keys, kgs, namespaces, acc = keys[order], kgs[order], namespaces[order], acc[order]
+        groups, first = np.unique(kgs, return_index=True)
+        bounds = [*first.tolist(), len(kgs)]
+        return {
+            int(kg): IntRows(keys[lo:hi], namespaces[lo:hi], acc[lo:hi])
+            for kg, lo, hi in zip(groups.tolist(), bounds, bounds[1:])
+        }
+
+    @classmethod
+    def restore(
+        cls,
+        width: int,
+        snapshots: Iterable[KeyedStateSnapshot],
+        state_name: str,
+        key_groups: KeyGroupRange,
+        key_groups_of: Any,
+    ) -> WindowColumns | None:
+        """The accumulators of ``state_name`` in ``snapshots`` (key groups outside ``key_groups`` are
+        skipped), or None when an entry does not have the columnar shape (a non-int key or window,
+        an accumulator that is not ``width`` ints) or another state is present: the caller restores
+        into the heap backend instead. Raises ValueError, as the heap backend does, for an entry
+        stored under the wrong key group or listed twice."""
+        parts: list[tuple[int, IntRows]] = []
+        for snap in snapshots:
+            if set(snap.kinds) - {state_name}:
+                return None
+            for kg, states in snap.key_groups.items():
+                rows = states.get(state_name)
+                if kg not in key_groups or rows is None:
+                    continue
+                columns = rows if isinstance(rows, IntRows) else _int_rows(rows, width)
+                if columns is None or columns.values.shape[1] != width:
+                    return None
+                parts.append((kg, columns))
+        out = cls(width)
+        if not parts:
+            return out
+        keys = np.concatenate([p.keys for _, p in parts])
+        namespaces = np.concatenate([p.namespaces for _, p in parts])
+        acc = np.concatenate([p.values for _, p in parts])
+        stored = np.concatenate([np.full(len(p), kg, dtype=np.int32) for kg, p in parts])
+        actual = key_groups_of(keys)
+        wrong = np.nonzero(actual != stored)[0]
+        if len(wrong):
+            i = int(wrong[0])
+            raise ValueError(
+                f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(stored[i])}, but it "
+                f"belongs to key group {int(actual[i])}: the file was written with another hash function "
+                "or max_parallelism"
+            )
+        order = np.lexsort((keys, namespaces))
+        keys, namespaces, acc, stored = keys[order], namespaces[order], acc[order], stored[order]
+        twice = np.nonzero((np.diff(keys) == 0) & (np.diff(namespaces) == 0))[0]
+        if len(twice):
+            i = int(twice[0])
+            raise ValueError(
+                f"state {state_name!r} lists key {int(keys[i])!r} (namespace {int(namespaces[i])!r}) twice "
+                f"in key group {int(stored[i])}: the snapshot is corrupt"
+            )
+        starts, first = np.unique(namespaces, return_index=True)
+        bounds = [*first.tolist(), len(keys)]
+        for ws, lo, hi in zip(starts.tolist(), bounds, bounds[1:]):
+            out.runs[ws] = Run(keys[lo:hi], stored[lo:hi], acc[lo:hi])
+        return out
+
+    def entries(self) -> Mapping[int, Run]:
+        return self.runs
+
+
+def _int_rows(rows: Iterable[Any], width: int) -> IntRows | None:
+    """Rows of the columnar shape as ``IntRows`` (the slow path: rows decoded one by one)."""
+    rows = list(rows)
+    keys = [r[0] for r in rows]
+    namespaces = [r[1] for r in rows]
+    values = [r[2] for r in rows]
+    if (
+        set(map(type, keys)) != {int}
+        or set(map(type, namespaces)) != {int}
+        or set(map(type, values)) != {list}
+        or any(r[3] is not None for r in rows)
+        or set(map(len, values)) != {width}
+        or any(type(v) is not int for value in values for v in value)
+    ):
+        return None
+    try:
+        return IntRows(
+            np.array(keys, dtype=np.int64),
+            np.array(namespaces, dtype=np.int64),
+            np.array(values, dtype=np.int64).reshape(len(rows), width),
+        )
+    except OverflowError:
+        return None

@@ -1,0 +1,213 @@
+"""Columnar window accumulators (``window_columns``) give the heap backend's results exactly.
+
+Every test runs the same int-keyed window job (a key function turns ``u<k>`` into ``k``) epoch by
+epoch, in process, once with the columnar path and once with ``COLUMNAR`` off, and compares the
+committed output and the restored state of the latest checkpoint (``state_digest``: every entry,
+key group, window and accumulator). Switching the path between epochs restores files the other
+path wrote; inputs the columns cannot hold exactly move the state to the heap backend mid-epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from spark_jobs.api.job import Job
+from spark_jobs.api.sinks import ParquetSink
+from spark_jobs.api.windows import Aggregates, Count, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows
+from spark_jobs.chaos.observe import state_digest
+from spark_jobs.runtime.cycle import run_cycle
+from spark_jobs.runtime.operators import window
+from spark_jobs.runtime.operators.window_columns import WindowColumns
+from spark_jobs.sinks import read_committed
+from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
+from state_store.core import CompletedCheckpointStore, JobLayout
+from state_store.core.keygroups import KeyGroupRange
+from state_store.core.state.descriptors import StateKind
+from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.int_rows import IntRows
+from state_store.storage import open_store
+from state_store.testing import ManualClock
+
+STEP = 10_000
+EPOCHS = 6
+
+
+def int_user(batch: pa.RecordBatch) -> pa.Array:
+    return pc.cast(pc.utf8_slice_codeunits(batch.column("user_id"), 1), pa.int64())
+
+
+def window_job(
+    parallelism: int = 2,
+    assigner: Any = None,
+    transform: Callable[[pa.RecordBatch], pa.RecordBatch] | None = None,
+) -> Job:
+    job = Job("columns", parallelism=parallelism, max_parallelism=32, chunk_size=64)
+    source = GeneratorSource(
+        uid="clicks", partitions=2, seed=5, events_per_second=[70, 40], out_of_orderness_ms=[2_000, 800],
+        keys=40, start_ms=DEFAULT_START_MS,
+    )  # fmt: skip
+    stream = job.source(source, uid="clicks", out_of_orderness_ms=2_000)
+    if transform is not None:
+        stream = stream.map(transform)
+    (
+        stream.key_by(int_user)
+        .window(
+            assigner or TumblingEventTimeWindows(10_000),
+            Aggregates(Count(), Sum("value", name="total")),
+            uid="per-user",
+        )
+        .sink(ParquetSink(), uid="out")
+    )
+    return job
+
+
+def run(
+    tmp: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    columnar: list[bool],
+    parallelism: list[int] | None = None,
+    **job_args: Any,
+) -> tuple[list[Any], dict[str, Any], int]:
+    """Run ``len(columnar)`` epochs; return committed rows, the latest state digest and how many
+    chunks the columnar path merged."""
+    merges = 0
+    original = WindowColumns.merge
+
+    def counting(self: WindowColumns, *args: Any) -> None:
+        nonlocal merges
+        merges += 1
+        original(self, *args)
+
+    monkeypatch.setattr(WindowColumns, "merge", counting)
+    uri = tmp.as_uri()
+    clock = ManualClock(DEFAULT_START_MS)
+    job = window_job(**job_args)
+    for epoch, on in enumerate(columnar):
+        monkeypatch.setattr(window, "COLUMNAR", on)
+        job = window_job(parallelism=(parallelism or [2] * len(columnar))[epoch], **job_args)
+        clock.advance(STEP)
+        report = run_cycle(job, uri, clock, executor="local")
+        assert report.status == "completed", report
+    store = open_store(uri)
+    rows = sorted(tuple(r.values()) for r in read_committed(store, job.job_id, "out").to_pylist())
+    completed, _ = CompletedCheckpointStore.recover(store, JobLayout(job.job_id), 1)
+    latest = completed.latest()
+    assert latest is not None
+    return rows, state_digest(store, latest.metadata, job.max_parallelism), merges
+
+
+@pytest.mark.parametrize(
+    "assigner",
+    [TumblingEventTimeWindows(10_000), SlidingEventTimeWindows(10_000, 5_000)],
+    ids=["tumbling", "sliding"],
+)
+def test_columnar_windows_equal_the_heap_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, assigner: Any
+) -> None:
+    rows, state, merges = run(tmp_path / "columns", monkeypatch, [True] * EPOCHS, assigner=assigner)
+    heap_rows, heap_state, heap_merges = run(
+        tmp_path / "heap", monkeypatch, [False] * EPOCHS, assigner=assigner
+    )
+    assert merges > 0 and heap_merges == 0
+    assert len(rows) > 100
+    assert rows == heap_rows
+    assert state == heap_state
+    assert state["per-user"], "the last checkpoint holds open windows"
+
+
+def test_either_path_restores_what_the_other_wrote(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    mixed = run(tmp_path / "mixed", monkeypatch, [True, False, True, True, False, True])
+    heap = run(tmp_path / "heap", monkeypatch, [False] * EPOCHS)
+    assert mixed[:2] == heap[:2]
+
+
+def test_rescaling_a_columnar_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    scales = [2, 3, 3, 1, 4, 2]
+    rescaled = run(tmp_path / "columns", monkeypatch, [True] * EPOCHS, parallelism=scales)
+    heap = run(tmp_path / "heap", monkeypatch, [False] * EPOCHS, parallelism=scales)
+    assert rescaled[:2] == heap[:2]
+
+
+def _floats(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``value`` as a float column: the columns refuse the first chunk, the heap backend sums."""
+    index = batch.schema.get_field_index("value")
+    return batch.set_column(index, "value", pc.add(pc.cast(batch.column(index), pa.float64()), 0.5))
+
+
+HUGE_EVENT = "clicks-p0-900"  # an event of the fourth epoch
+
+
+def _huge(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """One event of 2**62 (``SAFE``): the columns hand their state to the heap backend mid-epoch,
+    which sums exactly past the columns' safe range (the total still fits the int64 output)."""
+    index = batch.schema.get_field_index("value")
+    value = pc.if_else(
+        pc.equal(batch.column("event_id"), HUGE_EVENT), pa.scalar(1 << 62), batch.column(index)
+    )
+    return batch.set_column(index, "value", value)
+
+
+@pytest.mark.parametrize("transform", [_floats, _huge], ids=["float-values", "beyond-int64-safe-range"])
+def test_inputs_the_columns_cannot_hold_go_to_the_heap_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, transform: Any
+) -> None:
+    rows, state, merges = run(tmp_path / "columns", monkeypatch, [True] * EPOCHS, transform=transform)
+    heap_rows, heap_state, _ = run(tmp_path / "heap", monkeypatch, [False] * EPOCHS, transform=transform)
+    assert rows == heap_rows
+    assert state == heap_state
+    if transform is _huge:
+        assert merges > 0  # the columns held the state until the huge event arrived
+        assert any(v > 1 << 62 for r in rows for v in r if isinstance(v, int))
+
+
+def _snapshot(rows: dict[int, list[StateRow]]) -> KeyedStateSnapshot:
+    return KeyedStateSnapshot(
+        32, KeyGroupRange(0, 31), {"acc": StateKind.VALUE}, {kg: {"acc": r} for kg, r in rows.items()}
+    )
+
+
+def test_restore_refuses_keys_under_the_wrong_key_group_and_duplicates() -> None:
+    groups_of = lambda keys: np.asarray(keys) % 32  # noqa: E731 - a stand-in hash for the test
+    good = _snapshot({3: [StateRow(3, 0, [1, 2], None), StateRow(35, 0, [1, 5], None)]})
+    cols = WindowColumns.restore(2, [good], "acc", KeyGroupRange(0, 31), groups_of)
+    assert cols is not None and sorted(cols.runs[0].keys.tolist()) == [3, 35]
+    wrong = _snapshot({4: [StateRow(3, 0, [1, 2], None)]})
+    with pytest.raises(ValueError, match="belongs to key group 3"):
+        WindowColumns.restore(2, [wrong], "acc", KeyGroupRange(0, 31), groups_of)
+    twice = [_snapshot({3: [StateRow(3, 0, [1, 2], None)]}), _snapshot({3: [StateRow(3, 0, [2, 2], None)]})]
+    with pytest.raises(ValueError, match="twice"):
+        WindowColumns.restore(2, twice, "acc", KeyGroupRange(0, 31), groups_of)
+
+
+@pytest.mark.parametrize(
+    "row",
+    [StateRow("a", 0, [1, 2], None), StateRow(1, None, [1, 2], None), StateRow(1, 0, [1, 2.5], None),
+     StateRow(1, 0, [1], None), StateRow(True, 0, [1, 2], None), StateRow(1, 0, [1, 2], 99)],
+    ids=["str-key", "no-window", "float", "narrow", "bool-key", "expiry"],
+)  # fmt: skip
+def test_restore_leaves_other_shapes_to_the_heap_backend(row: StateRow) -> None:
+    snap = _snapshot({1: [row]})
+    assert WindowColumns.restore(2, [snap], "acc", KeyGroupRange(0, 31), lambda k: np.ones(len(k))) is None
+
+
+def test_snapshots_are_int_rows_that_later_merges_do_not_change() -> None:
+    cols = WindowColumns(2)
+    cols.merge(0, np.array([5, 1]), np.array([2, 1], dtype=np.int32), np.array([[1, 10], [1, 20]]))
+    snap = cols.snapshot_rows()
+    assert all(isinstance(r, IntRows) for r in snap.values())
+    before = {kg: tuple(r) for kg, r in snap.items()}
+    cols.merge(0, np.array([1, 7]), np.array([1, 3], dtype=np.int32), np.array([[2, 5], [1, 1]]))
+    assert {kg: tuple(r) for kg, r in snap.items()} == before
+    assert {kg: tuple(r) for kg, r in cols.snapshot_rows().items()} == {
+        1: (StateRow(1, 0, [3, 25], None),),
+        2: (StateRow(5, 0, [1, 10], None),),
+        3: (StateRow(7, 0, [1, 1], None),),
+    }
+    assert cols.changed == {1, 2, 3}
