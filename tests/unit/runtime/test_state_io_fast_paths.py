@@ -3,9 +3,14 @@ results, including their refusal of a corrupt file that lists one entry twice.""
 
 from __future__ import annotations
 
+import threading
+import time
+from typing import Any
+
 import pytest
 
-from spark_jobs.runtime.state_io import _groups, read_operator_restore
+from spark_jobs.runtime.operators.base import OperatorSnapshot
+from spark_jobs.runtime.state_io import _groups, read_operator_restore, write_operator_snapshot
 from state_store.core.codec import sha256_hex
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout
@@ -69,3 +74,64 @@ def test_restore_without_deltas_hands_over_the_decoded_file() -> None:
     assert restore is not None and restore.keyed[0].key_groups == {3: {"acc": rows}}
     assert restore.keyed[0].key_group_range == KeyGroupRange(3, 3)
     assert set(base[3].groups) == {("acc", k, 0) for k in (3, 11, 19)}
+
+
+class _Tracking:
+    """A memory store that declares ``max_concurrent_writes`` (or not) and records writes in flight."""
+
+    def __init__(self, concurrent: int | None, fail_key_group: int | None = None) -> None:
+        self.inner = MemoryObjectStore()
+        if concurrent is not None:
+            self.max_concurrent_writes = concurrent
+        self.fail = fail_key_group
+        self.in_flight = 0
+        self.peak = 0
+        self.lock = threading.Lock()
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "max_concurrent_writes":  # only what this wrapper declares itself
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def put_if_absent(self, key: str, data: bytes) -> str:
+        with self.lock:
+            self.in_flight += 1
+            self.peak = max(self.peak, self.in_flight)
+        try:
+            time.sleep(0.005)
+            if self.fail is not None and keyed.decode_key_groups(data).key_group_range.first >= self.fail:
+                raise OSError(f"disk full at key group {keyed.decode_key_groups(data).key_group_range.first}")
+            return str(self.inner.put_if_absent(key, data))
+        finally:
+            with self.lock:
+                self.in_flight -= 1
+
+
+def _operator_snapshot() -> OperatorSnapshot:
+    groups = {
+        kg: {"acc": tuple(StateRow(k, 0, [k, kg], None) for k in range(kg, 200, 16))} for kg in range(16)
+    }
+    snap = KeyedStateSnapshot(16, KeyGroupRange(0, 15), {"acc": StateKind.VALUE}, groups, checkpoint_id=1)
+    return OperatorSnapshot(snap)
+
+
+def test_key_group_files_are_written_concurrently_with_the_sequential_result() -> None:
+    results = {}
+    for concurrent in (None, 4):
+        store = _Tracking(concurrent)
+        written = write_operator_snapshot(store, JobLayout("j"), "w", _operator_snapshot(), {})  # type: ignore[arg-type]
+        results[concurrent] = (
+            written.snapshot,
+            written.handles,
+            written.bytes_written,
+            written.files_written,
+        )
+        assert store.peak == (1 if concurrent is None else 4)
+    assert results[None] == results[4]
+    assert results[4][3] == 16
+
+
+def test_a_failing_concurrent_write_raises_the_first_failure_in_key_group_order() -> None:
+    store = _Tracking(4, fail_key_group=5)
+    with pytest.raises(OSError, match="key group 5"):
+        write_operator_snapshot(store, JobLayout("j"), "w", _operator_snapshot(), {})  # type: ignore[arg-type]
