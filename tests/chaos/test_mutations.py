@@ -110,10 +110,10 @@ def test_a_latest_pointer_that_can_move_backwards_is_caught(monkeypatch: pytest.
 def test_a_restore_that_drops_state_is_caught(monkeypatch: pytest.MonkeyPatch) -> None:
     real = subtask_module.read_operator_restore
 
-    def dropping(store: Any, metadata: Any, uid: str, key_groups: Any) -> Any:
+    def dropping(store: Any, metadata: Any, uid: str, key_groups: Any, **options: Any) -> Any:
         if uid == "user-activity":
             return None, {}  # the operator's state silently lost on restore
-        return real(store, metadata, uid, key_groups)
+        return real(store, metadata, uid, key_groups, **options)
 
     monkeypatch.setattr(subtask_module, "read_operator_restore", dropping)
     result = run_schedule(SCHEDULES["restore"], CONFIG)
