@@ -209,7 +209,7 @@ class WindowOperator(KeyedOperator):
         rows, starts = self.assigner.assign(ts)
         size = self.assigner.size()
         live = starts + size - 1 + self.lateness > self.watermark
-        late_rows = np.setdiff1d(np.arange(batch.num_rows), rows[live])
+        late_rows = _late_rows(batch.num_rows, rows, live)
         if len(late_rows):
             self.late_records += len(late_rows)
             self.out.side("late", batch.take(pa.array(late_rows)))
@@ -279,7 +279,7 @@ class WindowOperator(KeyedOperator):
         rows, starts = self.assigner.assign(ts)
         size = self.assigner.size()
         live = starts + size - 1 > self.watermark  # no allowed lateness in columnar mode
-        late_rows = np.setdiff1d(np.arange(batch.num_rows), rows[live])
+        late_rows = _late_rows(batch.num_rows, rows, live)
         rows, starts = rows[live], starts[live]
         merged: list[tuple[int, Any, Any, Any]] = []
         if len(rows):
@@ -403,6 +403,15 @@ class WindowOperator(KeyedOperator):
 
 
 _ = MIN_TIMESTAMP
+
+
+def _late_rows(num_rows: int, rows: np.ndarray[Any, Any], live: np.ndarray[Any, Any]) -> np.ndarray[Any, Any]:
+    """Rows none of whose windows is live. ``rows`` lists each row once per window it belongs to;
+    when that is once (tumbling windows: ``rows`` is ``0..n-1``), the late rows are the dead ones."""
+    late: np.ndarray[Any, Any] = (
+        rows[~live] if len(rows) == num_rows else np.setdiff1d(np.arange(num_rows), rows[live])
+    )
+    return late
 
 _INT_SAFE = 1 << 62
 _IDENTITY_RESULT = (Count, Sum, Min, Max)

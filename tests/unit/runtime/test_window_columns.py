@@ -24,6 +24,7 @@ from spark_jobs.api.windows import Aggregates, Count, SlidingEventTimeWindows, S
 from spark_jobs.chaos.observe import state_digest
 from spark_jobs.runtime.cycle import run_cycle
 from spark_jobs.runtime.operators import window
+from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.window_columns import WindowColumns
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
@@ -211,3 +212,47 @@ def test_snapshots_are_int_rows_that_later_merges_do_not_change() -> None:
         3: (StateRow(7, 0, [1, 1], None),),
     }
     assert cols.changed == {1, 2, 3}
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.late: list[dict[str, Any]] = []
+
+    def emit(self, batch: pa.RecordBatch) -> None:
+        self.rows.extend(batch.to_pylist())
+
+    def emit_watermark(self, timestamp: int) -> None:
+        return None
+
+    def side(self, tag: str, batch: pa.RecordBatch) -> None:
+        assert tag == "late"
+        self.late.extend(batch.to_pylist())
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_late_records_and_firing_match_in_both_paths(monkeypatch: pytest.MonkeyPatch, columnar: bool) -> None:
+    monkeypatch.setattr(window, "COLUMNAR", columnar)
+    op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count(), Sum("v")), 0)
+    out = _Collect()
+    op.output = out
+    op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+    assert (op.cols is not None) == columnar
+    op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "_ts": 10, "v": 1}, {"k": 2, "_ts": 90, "v": 2}]))
+    op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "_ts": 150, "v": 4}, {"k": 1, "_ts": 20, "v": 8}]))
+    op.process_watermark(120)  # [0, 100) fires
+    op.process_batch(
+        pa.RecordBatch.from_pylist([{"k": 2, "_ts": 50, "v": 16}, {"k": 2, "_ts": 199, "v": 32}])
+    )
+    op.process_watermark(300)
+    got = sorted(
+        (r["k"], r["window_start"], r["window_end"], r["count"], r["sum_v"], r["_ts"]) for r in out.rows
+    )
+    assert got == [
+        (1, 0, 100, 2, 9, 99),
+        (1, 100, 200, 1, 4, 199),
+        (2, 0, 100, 1, 2, 99),
+        (2, 100, 200, 1, 32, 199),
+    ]
+    assert [r["v"] for r in out.late] == [16]
+    assert op.metrics()["late_records"] == 1
