@@ -50,6 +50,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-peer", action="store_true", help="skip the Spark Structured Streaming peer")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
     args = parser.parse_args(argv)
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)  # a new folder: the results are not lost at the end
     names = sorted(DEFAULTS) if args.scenario == "all" else [args.scenario]
     if args.scenario == "all":  # s2 and s4 come out of the s1 run: run it once
         names = [n for n in names if n not in ("s2", "s4")]

@@ -22,7 +22,8 @@ from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Aggregates, Count, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows
 from spark_jobs.chaos.observe import state_digest
-from spark_jobs.runtime.cycle import run_cycle
+from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.runtime.cycle import run_cycle, take_savepoint
 from spark_jobs.runtime.operators import window
 from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.window_columns import WindowColumns
@@ -256,3 +257,34 @@ def test_late_records_and_firing_match_in_both_paths(monkeypatch: pytest.MonkeyP
     ]
     assert [r["v"] for r in out.late] == [16]
     assert op.metrics()["late_records"] == 1
+
+
+def _savepoint_then_restore(tmp: Path, monkeypatch: pytest.MonkeyPatch, columnar: bool) -> tuple[Any, Any]:
+    """Three epochs, a savepoint, a restore into another store at parallelism 3, three epochs."""
+    monkeypatch.setattr(window, "COLUMNAR", columnar)
+    clock = ManualClock(DEFAULT_START_MS)
+    job = window_job()
+    for _ in range(3):
+        clock.advance(STEP)
+        assert run_cycle(job, (tmp / "prod").as_uri(), clock, executor="local").status == "completed"
+    info = take_savepoint(job, (tmp / "prod").as_uri(), clock, "sp")
+    target = (tmp / "restored").as_uri()
+    rescaled = window_job(parallelism=3)
+    restore(rescaled, target, clock, RestoreRequest(source=info["location"]))
+    for _ in range(3):
+        clock.advance(STEP)
+        assert run_cycle(rescaled, target, clock, executor="local").status == "completed"
+    store = open_store(target)
+    rows = sorted(tuple(r.values()) for r in read_committed(store, rescaled.job_id, "out").to_pylist())
+    completed, _ = CompletedCheckpointStore.recover(store, JobLayout(rescaled.job_id), 1)
+    latest = completed.latest()
+    assert latest is not None
+    return rows, state_digest(store, latest.metadata, rescaled.max_parallelism)
+
+
+def test_a_savepoint_of_columnar_windows_restores_rescaled_like_the_heap_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    columns = _savepoint_then_restore(tmp_path / "columns", monkeypatch, True)
+    heap = _savepoint_then_restore(tmp_path / "heap", monkeypatch, False)
+    assert columns[0] and columns == heap
