@@ -30,7 +30,8 @@ from spark_jobs.runtime.operators.window_columns import WindowColumns
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import CompletedCheckpointStore, JobLayout
-from state_store.core.keygroups import KeyGroupRange
+from state_store.core.keygroups import KeyGroupRange, key_group_of
+from state_store.core.state.backend import KeyOutOfRangeError
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats.int_rows import IntRows
@@ -288,3 +289,16 @@ def test_a_savepoint_of_columnar_windows_restores_rescaled_like_the_heap_backend
     columns = _savepoint_then_restore(tmp_path / "columns", monkeypatch, True)
     heap = _savepoint_then_restore(tmp_path / "heap", monkeypatch, False)
     assert columns[0] and columns == heap
+
+
+@pytest.mark.parametrize("columnar", [True, False])
+def test_a_key_of_another_subtask_is_refused_on_both_paths(
+    monkeypatch: pytest.MonkeyPatch, columnar: bool
+) -> None:
+    monkeypatch.setattr(window, "COLUMNAR", columnar)
+    op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count(), Sum("v")), 0)
+    op.output = _Collect()
+    op.open(OperatorContext("job", 0, 2, 8, KeyGroupRange(0, 3), 0, 1), None)
+    foreign = next(k for k in range(100) if key_group_of(k, 8) > 3)
+    with pytest.raises(KeyOutOfRangeError, match="route records"):
+        op.process_batch(pa.RecordBatch.from_pylist([{"k": foreign, "_ts": 10, "v": 1}]))
