@@ -27,6 +27,7 @@ from spark_jobs.sinks.commit_log import CommitLog
 from state_store.core.codec import sha256_hex
 from state_store.core.manifests import StateHandle
 from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.formats.arrow_bytes import read_parquet
 
 
 class SinkReadError(RuntimeError):
@@ -94,7 +95,7 @@ def _read(store: ObjectStore, job_id: str, uid: str, up_to: int | None) -> tuple
     for entry in CommitLog(store, job_id, uid).entries(up_to):
         checkpoints.append(entry.checkpoint_id)
         for handle in entry.files:
-            tables.append(pq.read_table(pa.BufferReader(_verified(store, uid, entry.checkpoint_id, handle))))
+            tables.append(read_parquet(_verified(store, uid, entry.checkpoint_id, handle)))
     if not tables:
         return pa.table({}), 0, tuple(checkpoints)
     return pa.concat_tables(tables, promote_options="default"), len(tables), tuple(checkpoints)

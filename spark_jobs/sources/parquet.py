@@ -18,18 +18,20 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.sources.conform import Conformed, Where, conform, table_columns
+from state_store.formats.arrow_bytes import read_parquet
 
 EXTENSION = "parquet"
 
 
 def count_records(data: bytes) -> int:
     """Number of records in a segment, from the Parquet footer."""
-    return int(pq.ParquetFile(pa.BufferReader(data)).metadata.num_rows)
+    with pq.ParquetFile(pa.BufferReader(data)) as parquet_file:  # footer only, in this thread
+        return int(parquet_file.metadata.num_rows)
 
 
 def read_segment(data: bytes) -> pa.Table:
     """All rows of a segment, in file order, with the file's own column types."""
-    return pq.read_table(pa.BufferReader(data))
+    return read_parquet(data)
 
 
 def decode(

@@ -41,6 +41,7 @@ import pyarrow.parquet as pq
 from state_store.core.keygroups import KEY_ENCODING_VERSION, KeyGroupRange
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.arrow_bytes import read_parquet
 from state_store.formats.int_rows import IntRows
 from state_store.formats.json_codec import (
     StateValueError,
@@ -241,10 +242,7 @@ def decode_key_groups(
     (the same rows, as int64 columns, parsed by Arrow); other files decode as usual."""
     _check_fmt(fmt)
     try:
-        if fmt == "arrow":
-            table = ipc.open_stream(pa.py_buffer(data)).read_all()
-        else:
-            table = pq.read_table(pa.BufferReader(data))
+        table = ipc.open_stream(pa.py_buffer(data)).read_all() if fmt == "arrow" else read_parquet(data)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise StateFileError(
             f"state file {source!r} is not a readable {fmt} file (truncated or corrupt: {exc}); {_REMEDY}"

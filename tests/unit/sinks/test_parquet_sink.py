@@ -31,6 +31,7 @@ from state_store.core.twophase import (
     TransactionState,
     commit_pending_transactions,
 )
+from state_store.formats.arrow_bytes import read_parquet
 from state_store.testing import Fault, FaultyObjectStore, KillAt, SimulatedCrash
 
 JOB, UID = "job", "orders"
@@ -83,7 +84,7 @@ def test_pre_commit_stages_parquet_files_with_size_and_sha256(store: ObjectStore
         4,
     )
     assert record.rows == 3
-    assert pq.read_table(pa.BufferReader(data)).column("id").to_pylist() == expected((7, 3))
+    assert read_parquet(data).column("id").to_pylist() == expected((7, 3))
 
 
 def test_readers_never_see_pre_committed_but_uncommitted_data(store: ObjectStore) -> None:
