@@ -15,6 +15,7 @@ these, nothing else):
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,11 +25,13 @@ from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.executors import run_in_process, run_on_spark
 from spark_jobs.runtime.plan import EpochPlan
 from state_store.core import documents, killpoints
+from state_store.core.ack_bundles import write_ack_bundle
 from state_store.core.cleaner import apply_retention
 from state_store.core.coordinator import CheckpointCoordinator, CompletionResult, Gate
 from state_store.core.failures import CheckpointException, CheckpointFailureReason
-from state_store.core.manifests import AckRecord, PendingRecord, TaskId
-from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
+from state_store.core.layout import JobLayout
+from state_store.core.manifests import AckBundleEntry, AckRecord, PendingRecord, TaskId
+from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore, StoreError
 from state_store.core.properties import CheckpointProperties
 from state_store.core.retention import RetentionPlan
 from state_store.core.twophase import (
@@ -40,6 +43,7 @@ from state_store.core.twophase import (
 from state_store.storage import open_store
 
 Executor = str  # "local" (in process) or "spark"
+log = logging.getLogger(__name__)
 
 
 def coordinator_for(
@@ -207,15 +211,30 @@ def run_epoch(
         restore_id=pending.positions.get("base"),
         drain=drain,
     )
+    acks: list[AckBundleEntry] = []
     if executor == "spark":
-        summaries = run_on_spark(spark, plan)
+        summaries = run_on_spark(spark, plan, acks)
     elif executor == "local":
-        summaries = run_in_process(plan)
+        summaries = run_in_process(plan, acks)
     else:
         raise ValueError(f"executor {executor!r} is unknown: use 'local' or 'spark'")
+    _bundle_acks(store, coordinator.layout, plan, acks)
     if job.mode == "at_least_once":
         _commit_attempt_now(job, store, coordinator, checkpoint_id, attempt.attempt, kill)
     return summaries
+
+
+def _bundle_acks(store: ObjectStore, layout: JobLayout, plan: EpochPlan, acks: list[AckBundleEntry]) -> None:
+    """Best effort: one ack bundle for the acks this run's tasks wrote, so completion reads one
+    object instead of one per subtask (``state_store.core.ack_bundles``). A failed write is logged
+    and costs only those reads."""
+    try:
+        write_ack_bundle(store, layout, plan.checkpoint_id, plan.generation, plan.attempt, acks)
+    except StoreError as exc:
+        log.warning(
+            "epoch %s of %s: ack bundle not written (%s); completion reads the %d acks one by one",
+            plan.checkpoint_id, plan.job.job_id, exc, len(acks),
+        )  # fmt: skip
 
 
 def _commit_attempt_now(

@@ -19,6 +19,7 @@ from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.subtask import KeyedSubtask, SourceSubtask
+from state_store.core.manifests import AckBundleEntry
 
 
 def terminal_stage(plan: EpochPlan) -> Stage:
@@ -32,29 +33,69 @@ def terminal_stage(plan: EpochPlan) -> Stage:
     return terminal[0]
 
 
-def run_source_subtask(plan: EpochPlan, stage_index: int, index: int) -> list[Any]:
+def run_source_subtask(
+    plan: EpochPlan, stage_index: int, index: int, acks: list[AckBundleEntry] | None = None
+) -> list[Any]:
     """One source subtask, restore to acks, in a single GC pause (``gcpause``): the restored state
-    is not traversed by a collection between the restore and the processing."""
+    is not traversed by a collection between the restore and the processing. The acks it wrote
+    are appended to ``acks`` (for the run's ack bundle)."""
     with gc_paused():
-        return list(SourceSubtask(plan, stage_index, index).run())
+        subtask = SourceSubtask(plan, stage_index, index)
+        out = list(subtask.run())
+    if acks is not None:
+        acks.extend(subtask.responder.receipts)
+    return out
 
 
-def run_keyed_subtask(plan: EpochPlan, stage_index: int, index: int, messages: Iterable[Any]) -> list[Any]:
+def run_keyed_subtask(
+    plan: EpochPlan,
+    stage_index: int,
+    index: int,
+    messages: Iterable[Any],
+    acks: list[AckBundleEntry] | None = None,
+) -> list[Any]:
     """One keyed subtask, restore to acks, in a single GC pause (see ``run_source_subtask``)."""
     with gc_paused():
-        return list(KeyedSubtask(plan, stage_index, index).run(messages))
+        subtask = KeyedSubtask(plan, stage_index, index)
+        out = list(subtask.run(messages))
+    if acks is not None:
+        acks.extend(subtask.responder.receipts)
+    return out
 
 
-def _source_task(plan: EpochPlan, stage_index: int) -> Any:
+def _ack_accumulator(sc: Any) -> Any:
+    """A Spark accumulator of ack receipts: each task adds the acks it wrote; the driver reads
+    them after the action (a re-executed task may add an ack twice: the bundle de-duplicates).
+    pyspark is imported here, not at module import (DAG files import this module)."""
+    from pyspark.accumulators import AccumulatorParam
+
+    class AckList(AccumulatorParam[list[AckBundleEntry]]):
+        def zero(self, value: list[AckBundleEntry]) -> list[AckBundleEntry]:
+            return []
+
+        def addInPlace(self, a: list[AckBundleEntry], b: list[AckBundleEntry]) -> list[AckBundleEntry]:
+            a.extend(b)
+            return a
+
+    return sc.accumulator([], AckList())
+
+
+def _source_task(plan: EpochPlan, stage_index: int, acks: Any) -> Any:
     def run(index: int, _: Iterable[Any]) -> Iterator[Any]:
-        return iter(run_source_subtask(plan, stage_index, index))
+        written: list[AckBundleEntry] = []
+        out = run_source_subtask(plan, stage_index, index, written)
+        acks.add(written)
+        return iter(out)
 
     return run
 
 
-def _keyed_task(plan: EpochPlan, stage_index: int) -> Any:
+def _keyed_task(plan: EpochPlan, stage_index: int, acks: Any) -> Any:
     def run(index: int, messages: Iterable[Any]) -> Iterator[Any]:
-        return iter(run_keyed_subtask(plan, stage_index, index, messages))
+        written: list[AckBundleEntry] = []
+        out = run_keyed_subtask(plan, stage_index, index, messages, written)
+        acks.add(written)
+        return iter(out)
 
     return run
 
@@ -63,37 +104,48 @@ def _identity(key: int) -> int:
     return key
 
 
-def run_on_spark(spark: Any, plan: EpochPlan) -> list[dict[str, Any]]:
-    """Run the epoch as one Spark job; return the terminal stage's summaries."""
+def run_on_spark(
+    spark: Any, plan: EpochPlan, acks: list[AckBundleEntry] | None = None
+) -> list[dict[str, Any]]:
+    """Run the epoch as one Spark job; return the terminal stage's summaries. The acks every task
+    wrote are appended to ``acks`` (gathered with an accumulator)."""
     sc = spark.sparkContext
     stages = plan.stages()
+    written = _ack_accumulator(sc)
 
     def build(stage: Stage) -> Any:
         if stage.key is None:
             n = topo.width(stage, plan.job)
-            return sc.parallelize(range(n), n).mapPartitionsWithIndex(_source_task(plan, stage.index))
+            return sc.parallelize(range(n), n).mapPartitionsWithIndex(
+                _source_task(plan, stage.index, written)
+            )
         upstream = [build(stages[i]) for i in stage.inputs]
         rdd = upstream[0] if len(upstream) == 1 else sc.union(upstream)
         return rdd.partitionBy(plan.job.parallelism, _identity).mapPartitionsWithIndex(
-            _keyed_task(plan, stage.index)
+            _keyed_task(plan, stage.index, written)
         )
 
-    return list(build(terminal_stage(plan)).collect())
+    summaries = list(build(terminal_stage(plan)).collect())
+    if acks is not None:
+        acks.extend(written.value)
+    return summaries
 
 
-def run_in_process(plan: EpochPlan) -> list[dict[str, Any]]:
+def run_in_process(plan: EpochPlan, acks: list[AckBundleEntry] | None = None) -> list[dict[str, Any]]:
     """The same subtasks without Spark, stage by stage, shuffling messages in memory."""
     stages = plan.stages()
 
     def build(stage: Stage) -> list[list[Any]]:
         """Output of every subtask of ``stage``."""
         if stage.key is None:
-            return [run_source_subtask(plan, stage.index, i) for i in range(topo.width(stage, plan.job))]
+            return [
+                run_source_subtask(plan, stage.index, i, acks) for i in range(topo.width(stage, plan.job))
+            ]
         inbox: list[list[Any]] = [[] for _ in range(plan.job.parallelism)]
         for upstream in stage.inputs:
             for outputs in build(stages[upstream]):
                 for dest, message in outputs:
                     inbox[dest].append((dest, message))
-        return [run_keyed_subtask(plan, stage.index, i, inbox[i]) for i in range(plan.job.parallelism)]
+        return [run_keyed_subtask(plan, stage.index, i, inbox[i], acks) for i in range(plan.job.parallelism)]
 
     return [summary for outputs in build(terminal_stage(plan)) for summary in outputs]

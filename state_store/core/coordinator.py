@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from state_store.core import documents, killpoints
+from state_store.core.ack_bundles import AckRead, read_acks
 from state_store.core.codec import ManifestError
 from state_store.core.completed import (
     CheckpointVerificationError,
@@ -55,7 +56,7 @@ from state_store.core.manifests import (
     PendingRecord,
     TaskId,
 )
-from state_store.core.parallel import map_ordered, read_concurrency
+from state_store.core.parallel import read_concurrency
 from state_store.core.pending import AckResult, PendingCheckpoint
 from state_store.core.ports import (
     NO_KILL,
@@ -467,21 +468,14 @@ class CheckpointCoordinator:
     def _collect_acks(self, checkpoint: PendingCheckpoint) -> dict[str, str]:
         return self._classify(checkpoint, self._read_acks(checkpoint.checkpoint_id))
 
-    def _read_acks(self, checkpoint_id: int) -> list[tuple[str, AckRecord | str]]:
+    def _read_acks(self, checkpoint_id: int) -> list[AckRead]:
         """Every ack document of checkpoint n in key order: the record, or ``"corrupt: ..."`` when
-        it does not decode (or vanished). Other store errors raise (the first in key order)."""
-
-        def read(key: str) -> tuple[str, AckRecord | str]:
-            try:
-                return key, documents.read(self.store, key, AckRecord)
-            except (ManifestError, ObjectNotFound) as exc:
-                return key, f"corrupt: {exc}"
-
-        keys = [info.key for info in self.store.list(self.layout.acks_prefix(checkpoint_id))]
-        return list(map_ordered(read, keys, self._reads))
+        it does not decode (or vanished); acks an ack bundle vouches for cost no read of their own
+        (``ack_bundles``). Other store errors raise (the first in key order)."""
+        return read_acks(self.store, self.layout, checkpoint_id, self._reads)
 
     @staticmethod
-    def _classify(checkpoint: PendingCheckpoint, read: list[tuple[str, AckRecord | str]]) -> dict[str, str]:
+    def _classify(checkpoint: PendingCheckpoint, read: list[AckRead]) -> dict[str, str]:
         results: dict[str, str] = {}
         for key, ack in read:
             results[key] = ack if isinstance(ack, str) else checkpoint.acknowledge(ack).value
@@ -501,7 +495,7 @@ class CheckpointCoordinator:
         self,
         pending: PendingRecord,
         decision: DecisionRecord,
-        read: list[tuple[str, AckRecord | str]] | None = None,
+        read: list[AckRead] | None = None,
     ) -> CompletionResult:
         """Carry out a decision that stands: report an ABORT, roll a COMPLETE forward.
 

@@ -7,6 +7,7 @@
     <job_id>/checkpoints/chk-<n:010d>/_pending.json
                                      /attempts/<a:06d>.json
                                      /acks/<uid>/<subtask:05d>-g<gen>-a<attempt>.json
+                                     /ack-bundles/g<gen>-a<attempt>-<token>.json  (read cache)
                                      /declines/<uid>/<subtask:05d>-g<gen>-a<attempt>.json
                                      /state/<uid>/kg-<first>-<last>.<fmt>
                                      /channel/<uid>/<subtask>.<fmt>
@@ -24,6 +25,10 @@ Acks and declines carry generation and attempt in their name (DESIGN had ``<subt
 a zombie (older attempt or generation) and its successor must both be able to write, each is then
 classified by the coordinator; with one create-only name per subtask the zombie could block the
 successor's ack, and with an overwritable one it could replace it.
+
+An epoch run's driver also writes the acks its tasks wrote as one ``ack-bundles/`` document (not
+in DESIGN): the coordinator then reads one object instead of one per subtask, and an entry counts
+only while the store reports the same version for its ack (``state_store.core.ack_bundles``).
 
 Completion and abort race for one key, ``_decision.json`` (DESIGN had a separate
 ``_aborted.json``): two coordinators racing on checkpoint n could otherwise write both an abort
@@ -120,6 +125,13 @@ class JobLayout:
     def ack(self, checkpoint_id: int, uid: str, subtask: int, attempt: int, generation: int) -> str:
         validate_name("operator uid", uid)
         return f"{self.acks_prefix(checkpoint_id)}{uid}/{subtask:05d}-g{generation}-a{attempt}.json"
+
+    def ack_bundles_prefix(self, checkpoint_id: int) -> str:
+        return self.checkpoint_dir(checkpoint_id) + "ack-bundles/"
+
+    def ack_bundle(self, checkpoint_id: int, generation: int, attempt: int, token: str) -> str:
+        validate_name("ack bundle token", token)
+        return f"{self.ack_bundles_prefix(checkpoint_id)}g{generation}-a{attempt}-{token}.json"
 
     def declines_prefix(self, checkpoint_id: int) -> str:
         return self.checkpoint_dir(checkpoint_id) + "declines/"

@@ -92,6 +92,29 @@ class AckRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class AckBundleEntry:
+    """One ack document exactly as a task wrote it, with the version the store gave that write."""
+
+    key: str
+    version: str
+    document: str
+
+
+@dataclass(frozen=True, slots=True)
+class AckBundleRecord:
+    """The acks one epoch run wrote, gathered by its driver into one document (a read cache).
+
+    Invariant: an entry stands for the ack document at ``key`` only while the store still reports
+    ``version`` for it; the ack documents stay the protocol's source of truth (see ``ack_bundles``).
+    """
+
+    checkpoint_id: int
+    generation: int
+    attempt: int
+    acks: tuple[AckBundleEntry, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class DeclineRecord:
     checkpoint_id: int
     task: TaskId
@@ -175,6 +198,7 @@ KINDS: dict[type, str] = {
     PendingRecord: "pending",
     AttemptRecord: "attempt",
     AckRecord: "ack",
+    AckBundleRecord: "ack_bundle",
     DeclineRecord: "decline",
     CompletedMetadata: "metadata",
     DecisionRecord: "decision",

@@ -17,7 +17,7 @@ from __future__ import annotations
 from state_store.core import documents, killpoints
 from state_store.core.codec import sha256_hex
 from state_store.core.layout import JobLayout
-from state_store.core.manifests import AckRecord, DeclineRecord, StateHandle
+from state_store.core.manifests import AckBundleEntry, AckRecord, DeclineRecord, StateHandle
 from state_store.core.ports import NO_KILL, KillSwitch, ObjectAlreadyExists, ObjectStore
 
 
@@ -28,6 +28,9 @@ class TaskCheckpointResponder:
         self.store = store
         self.layout = JobLayout(job_id)
         self.kill = kill
+        self.receipts: list[AckBundleEntry] = []
+        """The acks this responder created, each with the version the store gave the write (for
+        the epoch run's ack bundle, ``state_store.core.ack_bundles``)."""
 
     def upload_state(
         self, checkpoint_id: int, uid: str, first_kg: int, last_kg: int, data: bytes, fmt: str = "arrow"
@@ -57,12 +60,15 @@ class TaskCheckpointResponder:
         state (metrics such as bytes written may differ on a re-run); anything else is refused."""
         self.kill(killpoints.BEFORE_ACK, ack.checkpoint_id)
         key = self.layout.ack(ack.checkpoint_id, ack.task.uid, ack.task.subtask, ack.attempt, ack.generation)
+        document = documents.encode(ack)
         try:
-            documents.create(self.store, key, ack)
+            version = self.store.put_if_absent(key, document)
         except ObjectAlreadyExists:
             existing = documents.read(self.store, key, AckRecord)
             if {h.key for h in existing.handles} != {h.key for h in ack.handles}:
                 raise
+        else:
+            self.receipts.append(AckBundleEntry(key, version, document.decode()))
         self.kill(killpoints.AFTER_ACK, ack.checkpoint_id)
 
     def decline(self, decline: DeclineRecord) -> None:

@@ -8,7 +8,15 @@ from pathlib import Path
 import pytest
 
 from state_store.testing.seaweedfs import SeaweedFSServer
-from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, final_state, new_clock, small_job
+from tests.unit.runtime.support import (
+    STEP_MS,
+    assert_acks_bundled,
+    committed_rows,
+    cycle,
+    final_state,
+    new_clock,
+    small_job,
+)
 
 pytestmark = pytest.mark.integration
 EPOCHS = 4
@@ -19,6 +27,7 @@ def run(uri: str, executor: str, spark: object = None) -> tuple[list, dict]:  # 
     for _ in range(EPOCHS):
         clock.advance(STEP_MS)
         assert cycle(job, uri, clock, executor=executor, spark=spark).status == "completed"
+    assert_acks_bundled(uri, job)  # gathered by the accumulator on Spark, in a list in process
     return committed_rows(uri, job), final_state(uri, job)
 
 

@@ -62,3 +62,25 @@ def final_state(uri: str, job: Job) -> dict[str, Any]:
 
 def store_uri(path: Path) -> str:
     return path.as_uri()
+
+
+def assert_acks_bundled(uri: str, job: Job) -> int:
+    """Every ack of every checkpoint still stored is vouched for by an ack bundle of its epoch
+    run at the version the listing reports (so completion read none of them one by one); returns
+    the number of acks checked."""
+    from state_store.core import documents
+    from state_store.core.manifests import AckBundleRecord
+
+    store, layout = open_store(uri), JobLayout(job.job_id)
+    ids = {layout.checkpoint_id_of(i.key) for i in store.list(layout.checkpoints_prefix)} - {None}
+    checked = 0
+    for n in sorted(i for i in ids if i is not None):
+        listed = {info.key: info.version for info in store.list(layout.acks_prefix(n))}
+        bundles = [
+            documents.read(store, i.key, AckBundleRecord) for i in store.list(layout.ack_bundles_prefix(n))
+        ]
+        covered = {e.key for b in bundles for e in b.acks if listed.get(e.key) == e.version}
+        assert covered == set(listed), (n, sorted(set(listed) - covered))
+        checked += len(listed)
+    assert checked > 0
+    return checked

@@ -50,6 +50,18 @@ class ObjectStoreContract:
         store.put("k/empty", b"")
         assert store.get("k/empty").data == b""
 
+    def test_the_version_a_create_returns_is_the_one_get_head_and_list_report(
+        self, store: ObjectStore
+    ) -> None:
+        """Ack bundles rely on it: an entry is trusted only while the listing shows the version
+        the task's create-only write returned."""
+        keys = [f"chk/acks/op/{i:05d}.json" for i in range(3)]
+        versions = {key: store.put_if_absent(key, key.encode()) for key in keys}
+        assert {info.key: info.version for info in store.list("chk/acks/")} == versions
+        for key, version in versions.items():
+            info = store.head(key)
+            assert info is not None and info.version == version == store.get(key).version
+
     def test_create_only_refuses_an_existing_key(self, store: ObjectStore) -> None:
         store.put_if_absent("job/chk-1/_pending.json", b"first")
         with pytest.raises(ObjectAlreadyExists):
