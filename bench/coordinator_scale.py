@@ -1,7 +1,9 @@
 """S6: completing a checkpoint with many acks against a real SeaweedFS S3 server (loopback).
 
 Each ack names one small state file (as a keyed subtask's ack does); files and acks are written
-before the clock starts. Timed: ``CheckpointCoordinator.complete`` (list acks, read them, verify
+before the clock starts, and with ``bundled`` the acks are also written as one ack bundle, as an
+epoch run's driver does after its tasks finished (``state_store.core.ack_bundles``).
+Timed: ``CheckpointCoordinator.complete`` (list acks, read them, verify
 every referenced file, write ``_metadata.json``, the decision, move LATEST). S3 requests are
 counted with botocore's ``before-call`` event on the store's client, by operation.
 """
@@ -13,6 +15,7 @@ import uuid
 from collections import Counter
 from typing import Any
 
+from state_store.core.ack_bundles import write_ack_bundle
 from state_store.core.config import CheckpointConfig
 from state_store.core.coordinator import CheckpointCoordinator
 from state_store.core.manifests import AckRecord, TaskId
@@ -21,7 +24,7 @@ from state_store.testing import ManualClock
 from state_store.testing.seaweedfs import SeaweedFSServer
 
 
-def run(acks: int, repeats: int = 3, *, verify_sha256: bool = True) -> dict[str, Any]:
+def run(acks: int, repeats: int = 3, *, verify_sha256: bool = True, bundled: bool = True) -> dict[str, Any]:
     if acks < 1:
         raise ValueError(f"--keys {acks} (the number of acks for s6) is invalid: use >= 1")
     server = SeaweedFSServer().start()
@@ -36,7 +39,6 @@ def run(acks: int, repeats: int = 3, *, verify_sha256: bool = True) -> dict[str,
         clock = ManualClock(1_000_000)
         config = CheckpointConfig(verify_sha256=verify_sha256)
         coordinator = CheckpointCoordinator(store, "s6", config=config, clock=clock, max_parallelism=32768)
-        responder = TaskCheckpointResponder(store, "s6")
         tasks = [TaskId("op", i) for i in range(acks)]
         runs = []
         for r in range(repeats):
@@ -44,9 +46,14 @@ def run(acks: int, repeats: int = 3, *, verify_sha256: bool = True) -> dict[str,
             pending = coordinator.trigger(tasks, positions={})
             n = pending.checkpoint_id
             attempt = coordinator.start_attempt(n).attempt
+            responder = TaskCheckpointResponder(store, "s6")
             for task in tasks:
                 handle = responder.upload_shared("op", f"state of {task.subtask} in run {r}".encode())
                 responder.acknowledge(AckRecord(n, task, pending.generation, attempt, (handle,)))
+            if bundled:
+                write_ack_bundle(
+                    store, coordinator.layout, n, pending.generation, attempt, responder.receipts
+                )
             calls.clear()
             began = time.perf_counter()
             result = coordinator.complete(n)
@@ -61,6 +68,6 @@ def run(acks: int, repeats: int = 3, *, verify_sha256: bool = True) -> dict[str,
                     "by_operation": dict(calls),
                 }
             )
-        return {"acks": acks, "verify_sha256": verify_sha256, "runs": runs}
+        return {"acks": acks, "verify_sha256": verify_sha256, "bundled": bundled, "runs": runs}
     finally:
         server.stop(grace_s=1)

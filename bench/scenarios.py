@@ -365,27 +365,41 @@ def run_s6(sizes: Sizes, out: Path | None) -> Path:
     from bench.coordinator_scale import run as scale
 
     acks = sizes.keys or 1024
-    variants = [scale(acks, max(1, sizes.epochs), verify_sha256=deep) for deep in (True, False)]
+    variants = [
+        scale(acks, max(1, sizes.epochs), verify_sha256=deep, bundled=bundled)
+        for bundled in (True, False)
+        for deep in (True, False)
+    ]
     lines = [
         "# S6 coordinator scale against SeaweedFS S3",
         "",
         f"A checkpoint with {acks:,} expected acks (uploaded before the clock starts), completed "
         "by the coordinator against a real SeaweedFS S3 server on loopback, with the default "
         "`verify_sha256=True` (every state file read back and its SHA-256 recomputed before the "
-        "decision) and with `verify_sha256=False` (sizes only, from folder listings). "
+        "decision) and with `verify_sha256=False` (sizes only, from folder listings); `bundled`: "
+        "the acks are also in one ack bundle, as an epoch run's driver writes it (the default "
+        "since session 5), or not (each ack read on its own, as before). "
         f"Machine: {report.machine()}.",
         "",
         *report.table(
-            ["verify_sha256", "run", "complete s", "S3 requests", "requests / ack"],
+            ["bundled", "verify_sha256", "run", "complete s", "S3 requests", "requests / ack"],
             [
-                [data["verify_sha256"], i + 1, r["seconds"], r["requests"], r["requests"] / acks]
+                [
+                    data["bundled"],
+                    data["verify_sha256"],
+                    i + 1,
+                    r["seconds"],
+                    r["requests"],
+                    r["requests"] / acks,
+                ]
                 for data in variants
                 for i, r in enumerate(data["runs"])
             ],
         ),
         "",
         *(
-            f"Requests by operation (verify_sha256={data['verify_sha256']}, last run): "
+            f"Requests by operation (bundled={data['bundled']}, verify_sha256={data['verify_sha256']}, "
+            "last run): "
             + ", ".join(f"{k}: {v}" for k, v in sorted(data["runs"][-1]["by_operation"].items()))
             + "  "
             for data in variants
