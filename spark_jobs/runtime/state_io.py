@@ -1,4 +1,4 @@
-"""Operator snapshots to and from storage (incremental, one file per key group).
+"""Operator snapshots to and from storage (incremental, per key group).
 
 Writing (the asynchronous part of a snapshot; runs on a thread pool):
   * a key group is a chain of files: a full base and up to ``MAX_DELTA_CHAIN`` deltas holding the
@@ -8,10 +8,14 @@ Writing (the asynchronous part of a snapshot; runs on a thread pool):
     against the restored base);
   * an unchanged key group references its chain as is; files are written content-addressed to
     ``shared/<uid>/<sha256>.arrow`` (create-only; an identical file already there is referenced);
+  * a columnar operator's changed key groups (``RowColumns``: written whole, never as deltas) go
+    into one file together, the base of each of their chains (Flink's one file per subtask); the
+    ack lists that file once;
   * the ack's ``snapshot`` gets ``{"state_files": {kg: handle}, "timers": ..., "extra": ...}`` and
     every referenced file is also an ack handle, so completion verifies it and retention keeps it.
 Reading (restore, any parallelism): the files of the key groups the subtask owns are fetched from
-every old subtask's entry, verified (size and SHA-256) and decoded.
+every old subtask's entry -- each file once, however many of those key groups it holds -- verified
+(size and SHA-256) and decoded.
 """
 
 from __future__ import annotations
@@ -202,7 +206,17 @@ def write_operator_snapshot(
             part = WrittenSnapshot()
             return _next_chain(store, layout, uid, keyed, kg, base.get(kg), part), part
 
-        written = dict(zip(todo, map_ordered(write, todo, write_concurrency(store, UPLOAD_CONCURRENCY))))
+        written: dict[int, tuple[KeyGroupChain, WrittenSnapshot]] = {}
+        columnar = [kg for kg in todo if _is_columnar(keyed, kg)]
+        if len(columnar) > 1:
+            # written whole anyway (no deltas): one file for all of them, one chain base per kg
+            together = WrittenSnapshot()
+            data = encode_key_groups(_only(keyed, columnar), "arrow")
+            chain = KeyGroupChain(_upload(store, layout, uid, data, together))
+            written.update((kg, (chain, WrittenSnapshot())) for kg in columnar)
+            written[columnar[0]] = (chain, together)
+            todo = [kg for kg in todo if kg not in written]
+        written.update(zip(todo, map_ordered(write, todo, write_concurrency(store, UPLOAD_CONCURRENCY))))
         for kg in kgs:
             if kg in reused:
                 chain = reused[kg]
@@ -212,8 +226,23 @@ def write_operator_snapshot(
                 out.files_written += part.files_written
             files[str(kg)] = chain.to_json()
             out.handles.extend(chain.handles())
+        out.handles = referenced(out.handles)  # a file of several key groups is one handle
     out.snapshot = {STATE_FILES: files, "timers": _timers_to_json(snap.timers), "extra": snap.extra}
     return out
+
+
+def _is_columnar(keyed: KeyedStateSnapshot, kg: int) -> bool:
+    return any(isinstance(rows, RowColumns) for rows in keyed.key_groups.get(kg, {}).values())
+
+
+def _only(keyed: KeyedStateSnapshot, kgs: list[int]) -> KeyedStateSnapshot:
+    """``keyed`` restricted to the key groups ``kgs`` (sorted), with the range they span."""
+    return KeyedStateSnapshot(
+        max_parallelism=keyed.max_parallelism,
+        key_group_range=KeyGroupRange(kgs[0], kgs[-1]),
+        kinds=keyed.kinds,
+        key_groups={kg: keyed.key_groups[kg] for kg in kgs if kg in keyed.key_groups},
+    )
 
 
 def _next_chain(
@@ -225,10 +254,9 @@ def _next_chain(
     previous: RestoredKeyGroup | None,
     out: WrittenSnapshot,
 ) -> KeyGroupChain:
-    columnar = any(isinstance(rows, RowColumns) for rows in keyed.key_groups.get(kg, {}).values())
     if (
         previous is not None
-        and not columnar  # a columnar operator's changed key groups are written whole
+        and not _is_columnar(keyed, kg)  # a columnar operator's changed key groups are written whole
         and len(previous.chain.deltas) < MAX_DELTA_CHAIN
         and _delta_may_fit(keyed, kg, previous)
     ):
@@ -319,24 +347,38 @@ def read_operator_restore(
         if entry.get("extra"):
             restore.extra.setdefault("parts", []).append(entry["extra"])
     restored: dict[int, RestoredKeyGroup] = {}
+    loaded: dict[str, KeyedStateSnapshot] = {}  # a file of several key groups is fetched once
+
+    def load(handle: StateHandle, columns: bool = False) -> KeyedStateSnapshot:
+        if handle.key not in loaded:
+            loaded[handle.key] = _load(store, handle, metadata.checkpoint_id, columns)
+        return loaded[handle.key]
+
+    whole: dict[str, list[int]] = {}  # base file -> its key groups restored from it as they are
     for kg in sorted(chains):
         chain = chains[kg]
-        first = _load(store, chain.base, metadata.checkpoint_id, int_rows)
-        if not chain.deltas and first.key_group_range == KeyGroupRange(kg, kg):
+        first = load(chain.base, int_rows)
+        if not chain.deltas:
             restored[kg] = RestoredKeyGroup(chain, lazy=partial(_groups, first, kg))
-            restore.keyed.append(first)
+            whole.setdefault(chain.base.key, []).append(kg)
             continue
         kinds = dict(first.kinds)
         groups = _groups(first, kg)
         for delta_file, deleted in chain.deltas:
             if delta_file is not None:
-                delta = _load(store, delta_file, metadata.checkpoint_id)
+                delta = load(delta_file)
                 kinds.update(delta.kinds)
                 groups.update(_groups(delta, kg))
             for name, key, ns in deleted:
                 groups.pop((name, key_from_jsonable(key), key_from_jsonable(ns)), None)
         restored[kg] = RestoredKeyGroup(chain, groups)
         restore.keyed.append(_part(first, kg, groups, kinds))
+    for key, kgs in whole.items():
+        first = loaded[key]
+        whole_file = first.key_group_range == KeyGroupRange(kgs[0], kgs[-1]) and len(kgs) == len(
+            first.key_group_range
+        )
+        restore.keyed.append(first if whole_file else _only(first, kgs))
     return restore, restored
 
 

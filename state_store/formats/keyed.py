@@ -33,6 +33,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.ipc as ipc
@@ -275,12 +276,12 @@ def _from_table(table: pa.Table, int_rows: bool = False) -> KeyedStateSnapshot:
     kinds = {n: StateKind(k) for n, k in json.loads(meta["epochal.state_kinds"]).items()}
     columnar = _int_run(table, rng, kinds) if int_rows and FAST_CODEC else None
     if columnar is not None:
-        run_kg, run_name, run_rows = columnar
+        run_name, runs = columnar
         return KeyedStateSnapshot(
             max_parallelism=int(meta["epochal.max_parallelism"]),
             key_group_range=rng,
             kinds=kinds,
-            key_groups={run_kg: {run_name: run_rows}},  # type: ignore[dict-item]  # IntRows is a row sequence
+            key_groups={kg: {run_name: rows} for kg, rows in runs.items()},  # type: ignore[dict-item]  # IntRows are rows
         )
     groups: dict[int, dict[str, list[StateRow]]] = {}
     cols = [table.column(n).to_pylist() for n in SCHEMA.names]
@@ -319,19 +320,24 @@ _SINGLE_VALUE = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREG
 
 def _int_run(
     table: pa.Table, rng: KeyGroupRange, kinds: dict[str, StateKind]
-) -> tuple[int, str, IntRows] | None:
-    """The file's rows as one ``IntRows`` run, or None when it is not exactly that shape (several
-    runs, a list or map state, expiries, or a key, namespace or value that is not int text / a
-    bracketed list of int texts of one width: Arrow's int parsing refuses anything else)."""
+) -> tuple[str, dict[int, IntRows]] | None:
+    """The file's rows as one ``IntRows`` per key group of a single state, or None when it is not
+    exactly that shape (several states, key groups not in ascending runs, a list or map state,
+    expiries, or a key, namespace or value that is not int text / a bracketed list of int texts of
+    one width: Arrow's int parsing refuses anything else)."""
     if table.num_rows == 0 or table.column("expiry_ms").null_count != table.num_rows:
         return None
-    kg_col, name_col = table.column("key_group"), table.column("state")
-    kg, name = kg_col[0].as_py(), name_col[0].as_py()
-    if pc.count_distinct(kg_col).as_py() != 1 or pc.count_distinct(name_col).as_py() != 1:
+    name_col = table.column("state")
+    name = name_col[0].as_py()
+    if pc.count_distinct(name_col).as_py() != 1 or kinds.get(name) not in _SINGLE_VALUE:
         return None
-    if kinds.get(name) not in _SINGLE_VALUE:
-        return None
-    _check_run(kg, name, rng, kinds)
+    kg_of_row = table.column("key_group").to_numpy()
+    if len(kg_of_row) > 1 and bool(np.any(np.diff(kg_of_row) < 0)):
+        return None  # not written by this encoder (it writes key groups in ascending order)
+    starts = np.flatnonzero(np.diff(kg_of_row)) + 1 if len(kg_of_row) > 1 else np.zeros(0, np.int64)
+    bounds = [0, *starts.tolist(), len(kg_of_row)]
+    for first in bounds[:-1]:
+        _check_run(int(kg_of_row[first]), name, rng, kinds)
     values = table.column("value").combine_chunks()
     try:
         keys = table.column("key").cast(pa.int64()).to_numpy()
@@ -343,10 +349,13 @@ def _int_run(
         width = pc.min(widths).as_py()
         if not width or pc.max(widths).as_py() != width:
             return None
-        flat = pc.list_flatten(parts).cast(pa.int64()).to_numpy()
+        flat = pc.list_flatten(parts).cast(pa.int64()).to_numpy().reshape(len(keys), width)
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
         return None
-    return kg, name, IntRows(keys, namespaces, flat.reshape(len(keys), width))
+    return name, {
+        int(kg_of_row[a]): IntRows(keys[a:b], namespaces[a:b], flat[a:b])
+        for a, b in itertools.pairwise(bounds)
+    }
 
 
 def _check_run(kg: int, name: str, rng: KeyGroupRange, kinds: dict[str, StateKind]) -> None:

@@ -4,6 +4,8 @@ for, decode back column-wise only when a file has exactly that shape, and behave
 from __future__ import annotations
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -93,3 +95,44 @@ def test_snapshots_keep_int_rows_and_slices_are_int_rows() -> None:
     assert columns != (StateRow(3, 0, [1, 2], None),)
     with pytest.raises(ValueError, match="value matrix"):
         IntRows(np.array([1, 2]), np.array([0, 0]), np.array([1, 2]))
+
+
+def test_a_file_of_several_key_groups_decodes_to_int_rows_per_key_group() -> None:
+    """One file per subtask (the columnar window snapshot): each key group's run comes back as its
+    own ``IntRows``, equal to the rows the plain decoder gives."""
+
+    def cols(keys: list[int], width: int = 2) -> IntRows:
+        n = len(keys)
+        values = np.arange(n * width, dtype=np.int64).reshape(n, width)
+        return IntRows(np.array(keys, np.int64), np.arange(n, dtype=np.int64), values)
+
+    runs = {3: cols([1, 5, 9]), 4: cols([2]), 7: cols([4, 8, 12, 16])}
+    states = {kg: {"acc": r} for kg, r in runs.items()}
+    snapshot = KeyedStateSnapshot(64, KeyGroupRange(3, 7), {"acc": StateKind.VALUE}, states)  # type: ignore[arg-type]
+    data = encode_key_groups(snapshot)
+    columnar = decode_key_groups(data, int_rows=True)
+    plain = decode_key_groups(data)
+    assert sorted(columnar.key_groups) == [3, 4, 7] == sorted(plain.key_groups)
+    for kg, rows in runs.items():
+        decoded = columnar.key_groups[kg]["acc"]
+        assert isinstance(decoded, IntRows)
+        assert tuple(decoded) == tuple(rows) == plain.key_groups[kg]["acc"]
+    assert encode_key_groups(columnar) == data
+
+
+def test_a_file_with_key_groups_out_of_order_decodes_as_rows() -> None:
+    rows_a = (StateRow(1, 0, [1, 2], None),)
+    rows_b = (StateRow(2, 0, [3, 4], None),)
+    ordered = encode_key_groups(
+        KeyedStateSnapshot(
+            64, KeyGroupRange(3, 4), {"acc": StateKind.VALUE}, {3: {"acc": rows_a}, 4: {"acc": rows_b}}
+        )
+    )
+    table = ipc.open_stream(pa.py_buffer(ordered)).read_all()
+    swapped = pa.concat_tables([table.slice(1, 1), table.slice(0, 1)])
+    sink = pa.BufferOutputStream()
+    with ipc.new_stream(sink, swapped.schema) as writer:
+        writer.write_table(swapped)
+    decoded = decode_key_groups(sink.getvalue().to_pybytes(), int_rows=True)
+    assert not any(isinstance(s["acc"], IntRows) for s in decoded.key_groups.values())
+    assert decoded.key_groups[3]["acc"] == rows_a and decoded.key_groups[4]["acc"] == rows_b
