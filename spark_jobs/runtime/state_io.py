@@ -8,9 +8,10 @@ Writing (the asynchronous part of a snapshot; runs on a thread pool):
     against the restored base);
   * an unchanged key group references its chain as is; files are written content-addressed to
     ``shared/<uid>/<sha256>.arrow`` (create-only; an identical file already there is referenced);
-  * a columnar operator's changed key groups (``RowColumns``: written whole, never as deltas) go
-    into one file together, the base of each of their chains (Flink's one file per subtask); the
-    ack lists that file once;
+  * the key groups that changed are written together -- their full files and deltas side by side
+    in one file of up to ``ROWS_PER_FILE`` rows (Flink's one file per subtask, with key groups
+    inside), which each of their chains names as its new base or delta; the ack lists it once
+    (a columnar operator's key groups are always written whole: its state turns over);
   * the ack's ``snapshot`` gets ``{"state_files": {kg: handle}, "timers": ..., "extra": ...}`` and
     every referenced file is also an ack handle, so completion verifies it and retention keeps it.
 Reading (restore, any parallelism): the files of the key groups the subtask owns are fetched from
@@ -85,8 +86,12 @@ def _timers_from_json(
 
 
 UPLOAD_CONCURRENCY = 8
-"""Key-group files of one operator snapshot written at once (stores that declare
+"""State files of one operator snapshot written at once (stores that declare
 ``max_concurrent_writes``; Flink's checkpoint transfer threads)."""
+ROWS_PER_FILE = 262_144
+"""Rows per state file: a snapshot writes the key groups that changed together, in files of up to
+this many rows (Flink writes one file per subtask; the cap bounds memory and single uploads and
+lets a large snapshot upload several files at once)."""
 MAX_DELTA_CHAIN = 8
 """A key group's file chain is at most a base plus this many deltas; then a full file is written."""
 MAX_DELTA_FRACTION = 0.5
@@ -202,28 +207,30 @@ def write_operator_snapshot(
         reused = {kg: base[kg].chain for kg in kgs if kg in reusable and kg in base}
         todo = [kg for kg in kgs if kg not in reused]
 
-        def write(kg: int, keyed: KeyedStateSnapshot = keyed) -> tuple[KeyGroupChain, WrittenSnapshot]:
-            part = WrittenSnapshot()
-            return _next_chain(store, layout, uid, keyed, kg, base.get(kg), part), part
+        planned = {kg: _plan(keyed, kg, base.get(kg)) for kg in todo}
+        batches = _batches([p for p in planned.values() if p.rows is not None])
 
-        written: dict[int, tuple[KeyGroupChain, WrittenSnapshot]] = {}
-        columnar = [kg for kg in todo if _is_columnar(keyed, kg)]
-        if len(columnar) > 1:
-            # written whole anyway (no deltas): one file for all of them, one chain base per kg
-            together = WrittenSnapshot()
-            data = encode_key_groups(_only(keyed, columnar), "arrow")
-            chain = KeyGroupChain(_upload(store, layout, uid, data, together))
-            written.update((kg, (chain, WrittenSnapshot())) for kg in columnar)
-            written[columnar[0]] = (chain, together)
-            todo = [kg for kg in todo if kg not in written]
-        written.update(zip(todo, map_ordered(write, todo, write_concurrency(store, UPLOAD_CONCURRENCY))))
+        def write(
+            batch: list[_Planned], keyed: KeyedStateSnapshot = keyed
+        ) -> tuple[StateHandle, WrittenSnapshot]:
+            part = WrittenSnapshot()
+            together = KeyedStateSnapshot(
+                max_parallelism=keyed.max_parallelism,
+                key_group_range=KeyGroupRange(batch[0].kg, batch[-1].kg),
+                kinds=keyed.kinds,
+                key_groups={p.kg: p.rows for p in batch if p.rows},
+            )
+            return _upload(store, layout, uid, encode_key_groups(together, "arrow"), part), part
+
+        handle_of: dict[int, StateHandle] = {}
+        for batch, (handle, part) in zip(
+            batches, map_ordered(write, batches, write_concurrency(store, UPLOAD_CONCURRENCY)), strict=True
+        ):
+            handle_of.update((p.kg, handle) for p in batch)
+            out.bytes_written += part.bytes_written
+            out.files_written += part.files_written
         for kg in kgs:
-            if kg in reused:
-                chain = reused[kg]
-            else:
-                chain, part = written[kg]
-                out.bytes_written += part.bytes_written
-                out.files_written += part.files_written
+            chain = reused[kg] if kg in reused else planned[kg].chain(handle_of.get(kg))
             files[str(kg)] = chain.to_json()
             out.handles.extend(chain.handles())
         out.handles = referenced(out.handles)  # a file of several key groups is one handle
@@ -245,18 +252,36 @@ def _only(keyed: KeyedStateSnapshot, kgs: list[int]) -> KeyedStateSnapshot:
     )
 
 
-def _next_chain(
-    store: ObjectStore,
-    layout: JobLayout,
-    uid: str,
-    keyed: KeyedStateSnapshot,
-    kg: int,
-    previous: RestoredKeyGroup | None,
-    out: WrittenSnapshot,
-) -> KeyGroupChain:
+@dataclass
+class _Planned:
+    """What one changed key group writes in this snapshot: ``rows`` (its states; None when a delta
+    has only tombstones) and how its chain continues once the file holding the rows is known --
+    a new chain (``previous`` None: the rows are the full key group) or one more delta."""
+
+    kg: int
+    rows: Mapping[str, tuple[StateRow, ...]] | None
+    previous: KeyGroupChain | None = None
+    tombstones: list[list[Any]] = field(default_factory=list)
+
+    @property
+    def size(self) -> int:
+        return sum(len(rows) for rows in (self.rows or {}).values())
+
+    def chain(self, handle: StateHandle | None) -> KeyGroupChain:
+        if self.previous is None:
+            if handle is None:
+                raise AssertionError(f"key group {self.kg}: a full file was planned but not written")
+            return KeyGroupChain(handle)
+        delta = handle if self.rows is not None else None
+        return KeyGroupChain(self.previous.base, [*self.previous.deltas, (delta, self.tombstones)])
+
+
+def _plan(keyed: KeyedStateSnapshot, kg: int, previous: RestoredKeyGroup | None) -> _Planned:
+    """A delta of the changed and deleted entries when the chain is short and the delta small;
+    else the whole key group (always for a columnar operator: its state turns over)."""
     if (
         previous is not None
-        and not _is_columnar(keyed, kg)  # a columnar operator's changed key groups are written whole
+        and not _is_columnar(keyed, kg)
         and len(previous.chain.deltas) < MAX_DELTA_CHAIN
         and _delta_may_fit(keyed, kg, previous)
     ):
@@ -264,14 +289,24 @@ def _next_chain(
         changed = {g: rows for g, rows in current.items() if previous.groups.get(g) != rows}
         deleted = [g for g in previous.groups if g not in current]
         if len(changed) + len(deleted) <= MAX_DELTA_FRACTION * max(len(current), 1):
-            delta_file = None
-            if changed:
-                data = encode_key_groups(_part(keyed, kg, changed, keyed.kinds), "arrow")
-                delta_file = _upload(store, layout, uid, data, out)
             tombstones = [[name, key_to_jsonable(key), key_to_jsonable(ns)] for name, key, ns in deleted]
-            return KeyGroupChain(previous.chain.base, [*previous.chain.deltas, (delta_file, tombstones)])
-    data = encode_key_groups(keyed.part(KeyGroupRange(kg, kg)), "arrow")
-    return KeyGroupChain(_upload(store, layout, uid, data, out))
+            rows = _part(keyed, kg, changed, keyed.kinds).key_groups.get(kg) if changed else None
+            return _Planned(kg, rows, previous.chain, tombstones)
+    return _Planned(kg, keyed.key_groups[kg])
+
+
+def _batches(planned: list[_Planned]) -> list[list[_Planned]]:
+    """Consecutive key groups, up to ``ROWS_PER_FILE`` rows per file (a key group is never split;
+    one larger than that gets a file of its own)."""
+    batches: list[list[_Planned]] = []
+    rows = 0
+    for p in planned:
+        if not batches or (rows + p.size > ROWS_PER_FILE and batches[-1]):
+            batches.append([])
+            rows = 0
+        batches[-1].append(p)
+        rows += p.size
+    return batches
 
 
 def _delta_may_fit(keyed: KeyedStateSnapshot, kg: int, previous: RestoredKeyGroup) -> bool:
@@ -375,10 +410,18 @@ def read_operator_restore(
         restore.keyed.append(_part(first, kg, groups, kinds))
     for key, kgs in whole.items():
         first = loaded[key]
-        whole_file = first.key_group_range == KeyGroupRange(kgs[0], kgs[-1]) and len(kgs) == len(
-            first.key_group_range
-        )
-        restore.keyed.append(first if whole_file else _only(first, kgs))
+        if first.key_group_range == KeyGroupRange(kgs[0], kgs[-1]) and len(kgs) == len(first.key_group_range):
+            restore.keyed.append(first)
+            continue
+        # the file also holds key groups restored otherwise (other subtasks', or with deltas): hand
+        # over runs of consecutive key groups, so that no two parts' ranges overlap
+        runs: list[list[int]] = []
+        for kg in kgs:
+            if runs and runs[-1][-1] == kg - 1:
+                runs[-1].append(kg)
+            else:
+                runs.append([kg])
+        restore.keyed.extend(_only(first, run) for run in runs)
     return restore, restored
 
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from spark_jobs.runtime import state_io
 from spark_jobs.runtime.operators.base import OperatorSnapshot
 from spark_jobs.runtime.state_io import _groups, read_operator_restore, write_operator_snapshot
 from state_store.core.codec import sha256_hex
@@ -115,7 +116,10 @@ def _operator_snapshot() -> OperatorSnapshot:
     return OperatorSnapshot(snap)
 
 
-def test_key_group_files_are_written_concurrently_with_the_sequential_result() -> None:
+def test_key_group_files_are_written_concurrently_with_the_sequential_result(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(state_io, "ROWS_PER_FILE", 1)  # a file per key group: 16 files to write
     results = {}
     for concurrent in (None, 4):
         store = _Tracking(concurrent)
@@ -131,7 +135,37 @@ def test_key_group_files_are_written_concurrently_with_the_sequential_result() -
     assert results[4][3] == 16
 
 
-def test_a_failing_concurrent_write_raises_the_first_failure_in_key_group_order() -> None:
+def test_a_failing_concurrent_write_raises_the_first_failure_in_key_group_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(state_io, "ROWS_PER_FILE", 1)
     store = _Tracking(4, fail_key_group=5)
     with pytest.raises(OSError, match="key group 5"):
         write_operator_snapshot(store, JobLayout("j"), "w", _operator_snapshot(), {})  # type: ignore[arg-type]
+
+
+def test_by_default_the_key_groups_of_a_snapshot_go_into_one_file_fetched_once_on_restore() -> None:
+    store = _Tracking(4)
+    written = write_operator_snapshot(store, JobLayout("j"), "w", _operator_snapshot(), {})  # type: ignore[arg-type]
+    assert written.files_written == 1 and len(written.handles) == 1
+    [handle] = written.handles
+    assert {chain["base"]["key"] for chain in written.snapshot["state_files"].values()} == {handle.key}
+    task = TaskSnapshot(TaskId("w", 0), 1, (handle,), {}, written.snapshot)
+    metadata = CompletedMetadata(1, "j", 1, CheckpointProperties(), 0, 0, (task,))
+    gets: list[str] = []
+    original_get = store.inner.get
+
+    def counting_get(key: str) -> Any:
+        gets.append(key)
+        return original_get(key)
+
+    store.inner.get = counting_get  # type: ignore[method-assign]
+    expected = _operator_snapshot().keyed
+    assert expected is not None
+    for owned in (KeyGroupRange(0, 15), KeyGroupRange(4, 9)):  # the whole state, or a rescaled share
+        gets.clear()
+        restore, base = read_operator_restore(store.inner, metadata, "w", owned)
+        assert restore is not None and gets == [handle.key]
+        got = {kg: states for part in restore.keyed for kg, states in part.key_groups.items()}
+        assert got == {kg: dict(expected.key_groups[kg]) for kg in owned}
+        assert sorted(base) == list(owned)
