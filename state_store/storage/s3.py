@@ -46,10 +46,12 @@ import re
 import time
 from collections.abc import Iterator
 from datetime import datetime
+from email.utils import parsedate_to_datetime
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import (
     BotoCoreError,
@@ -60,6 +62,7 @@ from botocore.exceptions import (
     NoCredentialsError,
     PartialCredentialsError,
 )
+from botocore.utils import parse_timestamp
 
 from state_store.core.ports import (
     ObjectAlreadyExists,
@@ -121,6 +124,21 @@ def _ms(modified: datetime) -> int:
     return int(modified.timestamp() * 1000)
 
 
+def fast_timestamp(value: str) -> datetime:
+    """botocore's timestamp parser, without dateutil for the two forms S3 sends.
+
+    ``ListObjectsV2`` carries an ISO-8601 ``LastModified`` per key, and botocore parses each with
+    dateutil: 2.7 of 5.0 s of completing a 1,024-ack checkpoint went there (cProfile). ISO-8601
+    goes to ``datetime.fromisoformat`` and HTTP dates to ``email.utils``; anything else, and any
+    value those refuse, to botocore's own parser. All three return timezone-aware datetimes of
+    the same instant. Installed with ``set_parser_defaults``, the hook the AWS CLI uses for this.
+    """
+    try:
+        return datetime.fromisoformat(value) if value[:1].isdigit() else parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return parse_timestamp(value)
+
+
 class S3ObjectStore:
     """Objects under ``s3://bucket/prefix``; thread-safe (one boto3 client, shared)."""
 
@@ -176,7 +194,11 @@ class S3ObjectStore:
                 max_pool_connections=32,
                 s3={"addressing_style": "path"} if endpoint_url else None,
             )
-            client = boto3.session.Session().client(
+            botocore_session = botocore.session.Session()
+            botocore_session.get_component("response_parser_factory").set_parser_defaults(
+                timestamp_parser=fast_timestamp
+            )
+            client = boto3.session.Session(botocore_session=botocore_session).client(
                 "s3",
                 endpoint_url=endpoint_url,
                 aws_access_key_id=access_key,
