@@ -5,6 +5,7 @@ Streaming on the same machine, in the same run, on the same input. Scenarios (se
   s2  checkpoint overhead (from the s1 run: checkpoint time as a share of epoch time)
   s3  incremental checkpoints: bytes per checkpoint vs full state, 1% of keys updated per epoch
   s4  restore: Epochal restore vs the pyarrow read floor of the same files vs the peer's restart
+  s4big  restore of about 1 GB of window state (--keys users x --epochs open windows) vs the floor
   s5  fixed cost of an epoch with empty input (trigger + run + complete + notify), in process
   s6  coordinator scale: complete a checkpoint of 1,024 acks against SeaweedFS S3
 
@@ -34,6 +35,7 @@ DEFAULTS = {
     "s4": (1_000_000, 100_000, 10),
     "s5": (0, 0, 5),
     "s6": (0, 1024, 3),
+    "s4big": (0, 3_000_000, 10),
 }
 
 
@@ -43,8 +45,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("scenario", choices=[*sorted(DEFAULTS), "all"])
     parser.add_argument("--events", type=int, help="total events (s1, s2, s4)")
-    parser.add_argument("--keys", type=int, help="distinct keys (s1-s4); acks for s6")
-    parser.add_argument("--epochs", type=int, help="epochs (micro-batches)")
+    parser.add_argument("--keys", type=int, help="distinct keys (s1-s4, s4big); acks for s6")
+    parser.add_argument("--epochs", type=int, help="epochs (micro-batches); open windows for s4big")
     parser.add_argument("--repeat", type=int, default=1, help="interleaved repetitions per engine (s1)")
     parser.add_argument("--full", action="store_true", help="the issue's full sizes (hours on 2 cores)")
     parser.add_argument("--no-peer", action="store_true", help="skip the Spark Structured Streaming peer")

@@ -8,6 +8,7 @@ Switches (module attributes, all True in production):
   keys.CACHE_KEY_GROUPS   process-wide key -> key group cache for the shuffle (warm across epochs)
   gcpause.ENABLED         the cyclic garbage collector paused while a subtask runs
   window.COLUMNAR         Count/Sum windows over int keys kept as numpy columns (``window_columns``)
+  keyed.INT_COLUMNS       native state files of int-shaped state in the int64 layout (format v2)
 Always on (no switch): the backend's process-wide key-group cache and unrolled ownership check,
 shallow copies of flat accumulator lists in snapshots. ``python -m bench.ablation``.
 """
@@ -35,6 +36,7 @@ STEPS = [
     ("+ key-group cache in the shuffle", {"CACHE_KEY_GROUPS": True}),
     ("+ cyclic GC paused inside subtasks", {"ENABLED": True}),
     ("+ columnar window accumulators", {"COLUMNAR": True}),
+    ("+ int64 layout of state files", {"INT_COLUMNS": True}),
 ]
 MODULES = {
     "INDEXED_FIRING": window,
@@ -43,6 +45,7 @@ MODULES = {
     "CACHE_KEY_GROUPS": keys,
     "ENABLED": gcpause,
     "COLUMNAR": window,
+    "INT_COLUMNS": keyed,
 }
 
 

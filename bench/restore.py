@@ -24,6 +24,7 @@ from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.window import WindowOperator
 from spark_jobs.runtime.state_io import read_operator_restore
 from state_store.core import JobLayout, load_completed
+from state_store.core.codec import sha256_hex
 from state_store.core.coordinator import CheckpointCoordinator
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state import KeyedStateBackend
@@ -31,7 +32,9 @@ from state_store.storage import open_store
 from state_store.testing import ManualClock
 
 
-def floor_and_restore(store_uri: str, job: Job, uid: str = "windows") -> dict[str, Any]:
+def floor_and_restore(store_uri: str, job: Job, uid: str = "windows", *, heap: bool = True) -> dict[str, Any]:
+    """The floor, Epochal's restore (``read_s``: fetch, verify, decode; then the operator's open)
+    and, with ``heap``, the same files into the heap backend."""
     store = open_store(store_uri)
     latest = CheckpointCoordinator(store, job.job_id, clock=ManualClock(0)).latest_completed()
     if latest is None:
@@ -46,32 +49,45 @@ def floor_and_restore(store_uri: str, job: Job, uid: str = "windows") -> dict[st
         size += len(data)
         rows += pa.ipc.open_stream(pa.py_buffer(data)).read_all().num_rows
     floor = time.perf_counter() - began
+    began = time.perf_counter()
+    for key, handle in handles.items():  # the floor of a verified read: the same plus SHA-256
+        data = store.get(key).data
+        if sha256_hex(data) != handle.sha256:
+            raise ValueError(f"state file {key} does not match its SHA-256")
+        pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    verified_floor = time.perf_counter() - began
     everything = KeyGroupRange(0, job.max_parallelism - 1)
     began = time.perf_counter()
     with gc_paused():  # as a subtask restores (spark_jobs.runtime.gcpause)
         restored, _ = read_operator_restore(store, meta, uid, everything, int_rows=True)
+        read = time.perf_counter() - began
         operator = _window_operator(job, uid)
         ctx = OperatorContext(job.job_id, 0, 1, job.max_parallelism, everything, 0, latest.checkpoint_id + 1)
         operator.open(ctx, restored)
         columnar = operator.cols is not None
     restore = time.perf_counter() - began
-    began = time.perf_counter()
-    with gc_paused():
-        restored, _ = read_operator_restore(store, meta, uid, everything)
-        backend = KeyedStateBackend(everything, job.max_parallelism)
-        if restored is not None:
-            backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
-    heap = time.perf_counter() - began
+    heap_s: dict[str, float] = {}
+    if heap:
+        began = time.perf_counter()
+        with gc_paused():
+            restored, _ = read_operator_restore(store, meta, uid, everything)
+            backend = KeyedStateBackend(everything, job.max_parallelism)
+            if restored is not None:
+                backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
+        heap_s["heap_restore_s"] = time.perf_counter() - began
     return {
         "checkpoint_id": latest.checkpoint_id,
         "files": len(handles),
         "state_bytes": size,
         "entries": rows,
         "floor_s": floor,
+        "verified_floor_s": verified_floor,
         "restore_s": restore,
         "restore_columnar": columnar,
         "restore_over_floor": restore / max(floor, 1e-9),
-        "heap_restore_s": heap,
+        "read_s": read,
+        "open_s": restore - read,
+        **heap_s,
     }
 
 

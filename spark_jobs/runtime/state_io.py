@@ -21,7 +21,9 @@ every old subtask's entry -- each file once, however many of those key groups it
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
@@ -31,7 +33,7 @@ from state_store.core.codec import sha256_hex
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, StateHandle
-from state_store.core.parallel import map_ordered, write_concurrency
+from state_store.core.parallel import map_ordered, read_concurrency, write_concurrency
 from state_store.core.ports import ObjectStore
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, RowColumns, StateRow
@@ -382,17 +384,11 @@ def read_operator_restore(
         if entry.get("extra"):
             restore.extra.setdefault("parts", []).append(entry["extra"])
     restored: dict[int, RestoredKeyGroup] = {}
-    loaded: dict[str, KeyedStateSnapshot] = {}  # a file of several key groups is fetched once
-
-    def load(handle: StateHandle, columns: bool = False) -> KeyedStateSnapshot:
-        if handle.key not in loaded:
-            loaded[handle.key] = _load(store, handle, metadata.checkpoint_id, columns)
-        return loaded[handle.key]
-
+    loaded = _load_all(store, chains, metadata.checkpoint_id, int_rows)  # each file once
     whole: dict[str, list[int]] = {}  # base file -> its key groups restored from it as they are
     for kg in sorted(chains):
         chain = chains[kg]
-        first = load(chain.base, int_rows)
+        first = loaded[chain.base.key]
         if not chain.deltas:
             restored[kg] = RestoredKeyGroup(chain, lazy=partial(_groups, first, kg))
             whole.setdefault(chain.base.key, []).append(kg)
@@ -401,7 +397,7 @@ def read_operator_restore(
         groups = _groups(first, kg)
         for delta_file, deleted in chain.deltas:
             if delta_file is not None:
-                delta = load(delta_file)
+                delta = loaded[delta_file.key]
                 kinds.update(delta.kinds)
                 groups.update(_groups(delta, kg))
             for name, key, ns in deleted:
@@ -425,16 +421,56 @@ def read_operator_restore(
     return restore, restored
 
 
-def _load(
-    store: ObjectStore, handle: StateHandle, checkpoint_id: int, int_rows: bool = False
-) -> KeyedStateSnapshot:
-    try:
-        data = store.get(handle.key).data
-    except Exception as exc:
-        raise StateRestoreError(
-            f"state file {handle.key} of checkpoint {checkpoint_id} cannot be read ({exc}); "
-            "restore from an earlier checkpoint or a savepoint"
-        ) from exc
+VERIFY_THREADS = max(1, min(4, os.cpu_count() or 1))
+"""Threads that verify (SHA-256) and decode fetched state files while the next ones are fetched:
+hashing and Arrow decoding release the GIL, so a restore of many files uses every core."""
+
+
+def _load_all(
+    store: ObjectStore, chains: Mapping[int, KeyGroupChain], checkpoint_id: int, int_rows: bool
+) -> dict[str, KeyedStateSnapshot]:
+    """Every file of ``chains``, fetched once each in key-group order (concurrently where the store
+    allows: ``read_concurrency``), verified and decoded on ``VERIFY_THREADS``. Base files decode to
+    ``IntRows`` when ``int_rows``. Errors come in file order, as a sequential loop would raise them."""
+    order: dict[str, StateHandle] = {}  # every file, in the order a key-group loop meets it
+    columns: set[str] = set()  # base files
+    for kg in sorted(chains):
+        chain = chains[kg]
+        columns.add(chain.base.key)
+        for handle in chain.handles():
+            order.setdefault(handle.key, handle)
+    handles = list(order.values())
+    if not handles:
+        return {}
+
+    def fetch(handle: StateHandle) -> bytes:
+        try:
+            return store.get(handle.key).data
+        except Exception as exc:
+            raise StateRestoreError(
+                f"state file {handle.key} of checkpoint {checkpoint_id} cannot be read ({exc}); "
+                "restore from an earlier checkpoint or a savepoint"
+            ) from exc
+
+    def check(handle: StateHandle, data: bytes) -> KeyedStateSnapshot:
+        return _verified(handle, data, checkpoint_id, int_rows and handle.key in columns)
+
+    fetched = map_ordered(fetch, handles, read_concurrency(store, UPLOAD_CONCURRENCY))
+    if len(handles) == 1 or VERIFY_THREADS == 1:
+        return {h.key: check(h, data) for h, data in zip(handles, fetched)}
+    with ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="epochal-verify") as pool:
+        futures: list[Future[KeyedStateSnapshot]] = []
+        try:
+            for handle, data in zip(handles, fetched):
+                futures.append(pool.submit(check, handle, data))
+        except Exception:
+            for future in futures:  # an earlier file's error comes first
+                future.result()
+            raise
+        return {h.key: f.result() for h, f in zip(handles, futures)}
+
+
+def _verified(handle: StateHandle, data: bytes, checkpoint_id: int, int_rows: bool) -> KeyedStateSnapshot:
     digest = sha256_hex(data)
     if len(data) != handle.size or digest != handle.sha256:
         raise StateRestoreError(

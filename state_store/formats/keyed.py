@@ -6,7 +6,9 @@ unchanged key group's file is reused by the next incremental checkpoint (the cal
 it under ``shared/``), or one contiguous range (savepoints). File bytes depend only on the state, the
 state kinds and the range -- never on a checkpoint id -- so equal content gives equal bytes.
 
-Schema (both formats; one row per :class:`StateRow`, rows in key-group, state-name, snapshot order)::
+The text layout, format version 1 (every Parquet file, and native files of any state that is not
+the int64 shape of ``int_columns``, format version 2, which native files of counters and window
+accumulators use). One row per :class:`StateRow`, rows in key-group, state-name, snapshot order::
 
     key_group  int32   not null
     state      string  not null   state name
@@ -17,7 +19,7 @@ Schema (both formats; one row per :class:`StateRow`, rows in key-group, state-na
 
 Schema metadata (``epochal.*``): format name and version, max_parallelism, key_group_range
 ``[first, last]`` (inclusive), state_kinds ``{name: kind}`` and the key-hash version. Readers
-refuse a newer ``format_version``.
+refuse a newer ``format_version`` (an Epochal that reads only version 1 refuses the int64 layout).
 
 The Parquet file is the canonical savepoint format: ``pandas.read_parquet``, DuckDB or Spark read
 it without Epochal (JSON columns are plain strings). Note that a list state has one row per element
@@ -43,6 +45,7 @@ from state_store.core.keygroups import KEY_ENCODING_VERSION, KeyGroupRange
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats.arrow_bytes import read_parquet
+from state_store.formats.int_columns import INT_FORMAT_VERSION, from_int_table, int_table
 from state_store.formats.int_rows import IntRows
 from state_store.formats.json_codec import (
     StateValueError,
@@ -53,8 +56,14 @@ from state_store.formats.json_codec import (
 
 FAST_CODEC = True
 """Bulk JSON parsing and int fast paths (same bytes, same rows); off only in ``bench/ablation.py``."""
+INT_COLUMNS = True
+"""Native files of counters and window accumulators use the int64 layout (``int_columns``); off
+only in ``bench/ablation.py`` (then every file has the text layout)."""
 FORMAT_NAME = "epochal-keyed-state"
-FORMAT_VERSION = 1
+FORMAT_VERSION = INT_FORMAT_VERSION
+"""The newest format version this module reads. It writes version 1 (the text layout below) and
+version 2 (``int_columns``: the int64 layout, native files only)."""
+TEXT_FORMAT_VERSION = 1
 FORMATS = ("arrow", "parquet")
 _REMEDY = "restore from an earlier checkpoint or a savepoint"
 
@@ -89,6 +98,9 @@ def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
     two give the same text per cell, and the table is written as one record batch either way, so
     a file's bytes do not depend on which path encoded which run."""
     _check_fmt(fmt)
+    typed = int_table(part, _metadata(part)) if fmt == "arrow" and INT_COLUMNS else None
+    if typed is not None:
+        return _write(typed, fmt)
     chunks: dict[str, list[pa.Array]] = {name: [] for name in SCHEMA.names}
     for kg, states in part.key_groups.items():
         for name, rows in states.items():
@@ -117,6 +129,10 @@ def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
         raise StateValueError(
             f"state of key groups {part.key_group_range} cannot be encoded: {exc}"
         ) from None
+    return _write(table, fmt)
+
+
+def _write(table: pa.Table, fmt: str) -> bytes:
     sink = pa.BufferOutputStream()
     if fmt == "arrow":
         with ipc.new_stream(sink, table.schema) as writer:
@@ -213,7 +229,7 @@ def _metadata(part: KeyedStateSnapshot) -> dict[str, str]:
     rng = part.key_group_range
     return {
         "epochal.format": FORMAT_NAME,
-        "epochal.format_version": str(FORMAT_VERSION),
+        "epochal.format_version": str(TEXT_FORMAT_VERSION),
         "epochal.key_encoding_version": str(KEY_ENCODING_VERSION),
         "epochal.max_parallelism": str(part.max_parallelism),
         "epochal.key_group_range": json.dumps([rng.first, rng.last]),
@@ -268,12 +284,19 @@ def _from_table(table: pa.Table, int_rows: bool = False) -> KeyedStateSnapshot:
         )
     if int(meta.get("epochal.key_encoding_version", "1")) != KEY_ENCODING_VERSION:
         raise StateFileError("it was written with another key hash version")
-    missing = [n for n in SCHEMA.names if n not in table.column_names]
-    if missing:
-        raise StateFileError(f"it lacks columns {missing}")
     first, last = json.loads(meta["epochal.key_group_range"])
     rng = KeyGroupRange(int(first), int(last))
     kinds = {n: StateKind(k) for n, k in json.loads(meta["epochal.state_kinds"]).items()}
+    if version >= INT_FORMAT_VERSION:
+        return KeyedStateSnapshot(
+            max_parallelism=int(meta["epochal.max_parallelism"]),
+            key_group_range=rng,
+            kinds=kinds,
+            key_groups=from_int_table(table, meta, rng, kinds, int_rows),
+        )
+    missing = [n for n in SCHEMA.names if n not in table.column_names]
+    if missing:
+        raise StateFileError(f"it lacks columns {missing}")
     columnar = _int_run(table, rng, kinds) if int_rows and FAST_CODEC else None
     if columnar is not None:
         run_name, runs = columnar

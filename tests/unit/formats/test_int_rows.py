@@ -3,6 +3,8 @@ for, decode back column-wise only when a file has exactly that shape, and behave
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 import numpy as np
 import pyarrow as pa
 import pyarrow.ipc as ipc
@@ -13,8 +15,9 @@ from hypothesis import strategies as st
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats import keyed
 from state_store.formats.int_rows import IntRows
-from state_store.formats.keyed import decode_key_groups, encode_key_groups
+from state_store.formats.keyed import StateFileError, decode_key_groups, encode_key_groups
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
@@ -120,19 +123,32 @@ def test_a_file_of_several_key_groups_decodes_to_int_rows_per_key_group() -> Non
     assert encode_key_groups(columnar) == data
 
 
-def test_a_file_with_key_groups_out_of_order_decodes_as_rows() -> None:
+def _swapped(int_columns: bool) -> tuple[bytes, tuple[StateRow, ...], tuple[StateRow, ...]]:
+    """A two-key-group file with its rows swapped (no writer produces this)."""
     rows_a = (StateRow(1, 0, [1, 2], None),)
     rows_b = (StateRow(2, 0, [3, 4], None),)
-    ordered = encode_key_groups(
-        KeyedStateSnapshot(
-            64, KeyGroupRange(3, 4), {"acc": StateKind.VALUE}, {3: {"acc": rows_a}, 4: {"acc": rows_b}}
+    with patch.object(keyed, "INT_COLUMNS", int_columns):
+        ordered = encode_key_groups(
+            KeyedStateSnapshot(
+                64, KeyGroupRange(3, 4), {"acc": StateKind.VALUE}, {3: {"acc": rows_a}, 4: {"acc": rows_b}}
+            )
         )
-    )
     table = ipc.open_stream(pa.py_buffer(ordered)).read_all()
     swapped = pa.concat_tables([table.slice(1, 1), table.slice(0, 1)])
     sink = pa.BufferOutputStream()
     with ipc.new_stream(sink, swapped.schema) as writer:
         writer.write_table(swapped)
-    decoded = decode_key_groups(sink.getvalue().to_pybytes(), int_rows=True)
+    return sink.getvalue().to_pybytes(), rows_a, rows_b
+
+
+def test_a_text_file_with_key_groups_out_of_order_decodes_as_rows() -> None:
+    data, rows_a, rows_b = _swapped(int_columns=False)
+    decoded = decode_key_groups(data, int_rows=True)
     assert not any(isinstance(s["acc"], IntRows) for s in decoded.key_groups.values())
     assert decoded.key_groups[3]["acc"] == rows_a and decoded.key_groups[4]["acc"] == rows_b
+
+
+def test_an_int64_layout_file_with_key_groups_out_of_order_is_refused() -> None:
+    data, _, _ = _swapped(int_columns=True)
+    with pytest.raises(StateFileError, match=r"'f\.arrow'.*key groups are not in ascending order"):
+        decode_key_groups(data, int_rows=True, source="f.arrow")
