@@ -424,7 +424,8 @@ def run_s4big(sizes: Sizes, out: Path | None) -> Path:
         f"{data['entries']:,} window accumulators ({data['keys']:,} users x {data['windows']} open windows, "
         f"count + sum), {best['state_bytes']:,} bytes in {best['files']} state files written by the "
         f"snapshot path in {data['write_s']:.1f} s. Restored over every key group, key-group cache "
-        f"cleared first (a restarted subtask). Best of {len(data['runs'])} runs. Machine: {report.machine()}.",
+        f"cleared first (a restarted subtask). Best of {len(data['runs'])} runs. "
+        f"Machine: {report.machine()}.",
         "",
         *report.table(
             ["what", "seconds", "x floor"],
@@ -433,7 +434,7 @@ def run_s4big(sizes: Sizes, out: Path | None) -> Path:
                 for name, seconds in [
                     ["pyarrow floor (get + IPC read of every file, no checksum)", best["floor_s"]],
                     ["verified floor (the same + SHA-256 of every file)", best["verified_floor_s"]],
-                    ["Epochal read: fetch, verify size + SHA-256, decode (read_operator_restore)", best["read_s"]],
+                    ["Epochal read: fetch, verify size + SHA-256, decode", best["read_s"]],
                     ["window operator open: sorted runs per window, key groups checked", best["open_s"]],
                     ["Epochal restore = read + open", best["restore_s"]],
                 ]
