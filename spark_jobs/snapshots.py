@@ -27,6 +27,7 @@ from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout, validate_name
 from state_store.core.manifests import CompletedMetadata
 from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.core.state.backend import KeyedStateBackend
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats.json_codec import key_from_jsonable, key_to_jsonable
@@ -217,7 +218,9 @@ def read_savepoint(location: str) -> Snapshot:
         keyed = None
         if entry.get("state"):
             data = _verified(store, location, entry["state"])
-            keyed = decode_key_groups(data, body["format"], source=f"{location}/{entry['state']['path']}")
+            source = f"{location}/{entry['state']['path']}"
+            keyed = decode_key_groups(data, body["format"], source=source)
+            _check_entries(keyed, maxp, source)
         timers_raw = json.loads(_verified(store, location, entry["timers"]))
         timers = {
             int(kg): {
@@ -237,6 +240,20 @@ def read_savepoint(location: str) -> Snapshot:
         {k: int(v) for k, v in body["positions"].items()},
         body["sources"],
     )
+
+
+def _check_entries(keyed: KeyedStateSnapshot, max_parallelism: int, source: str) -> None:
+    """Every entry of a savepoint's state file sits in its key's key group (and none is listed
+    twice): state enters Epochal's checkpoints here, and a restore from a checkpoint then trusts
+    them (``OperatorRestore.trusted_key_groups``). Checked by loading them into a scratch backend."""
+    try:
+        KeyedStateBackend(KeyGroupRange(0, max_parallelism - 1), max_parallelism).restore([keyed])
+    except ValueError as exc:
+        raise SnapshotError(
+            f"savepoint file {source} cannot be restored: {exc}; write savepoint state with "
+            "state_store.formats.write_state_file from rows whose key groups come from "
+            "state_store.core.keygroups.key_group_of"
+        ) from None
 
 
 def _verified(store: ObjectStore, location: str, ref: dict[str, Any]) -> bytes:

@@ -373,7 +373,7 @@ def read_operator_restore(
     entries = task_snapshots(metadata, uid)
     if metadata is None or not entries:
         return None, {}
-    restore = OperatorRestore(checkpoint_id=metadata.checkpoint_id)
+    restore = OperatorRestore(checkpoint_id=metadata.checkpoint_id, trusted_key_groups=True)
     chains: dict[int, KeyGroupChain] = {}
     for entry in entries:
         for kg_text, value in entry.get(STATE_FILES, {}).items():

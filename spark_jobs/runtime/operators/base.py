@@ -64,6 +64,13 @@ class OperatorRestore:
     timers: dict[int, dict[str, list[list[Any]]]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     checkpoint_id: int | None = None
+    trusted_key_groups: bool = False
+    """True when ``keyed`` was read from files of a completed checkpoint that matched its size and
+    SHA-256 listing (``read_operator_restore``). Such a file holds each entry under the key group
+    Epochal put it in -- its snapshot path routes keys with the one hash function, and a savepoint
+    import checks every key (``spark_jobs.snapshots.read_savepoint``) -- so a restore does not hash
+    every key again, as Flink trusts the key-group offsets of its own snapshots. False: every key's
+    key group is checked (state built by hand, tests)."""
 
 
 class Operator:

@@ -42,7 +42,11 @@ class KeyedOperator(Operator):
 
     def restore_keyed(self, restored: OperatorRestore) -> None:
         """Load the restored keyed state (timers are restored already)."""
-        self.backend.restore(restored.keyed, from_checkpoint=restored.checkpoint_id)
+        self.backend.restore(
+            restored.keyed,
+            from_checkpoint=restored.checkpoint_id,
+            verify_keys=not restored.trusted_key_groups,
+        )
 
     def dispose(self) -> None:
         self.backend.dispose()

@@ -107,7 +107,9 @@ class WindowOperator(KeyedOperator):
                 restored.keyed,
                 self.acc.name,
                 self.backend.key_groups,
-                lambda keys: key_groups(pa.array(keys), self.backend.max_parallelism),
+                None
+                if restored.trusted_key_groups
+                else lambda keys: key_groups(pa.array(keys), self.backend.max_parallelism),
             )
             if cols is not None:
                 self.cols = cols
@@ -412,6 +414,7 @@ def _late_rows(num_rows: int, rows: np.ndarray[Any, Any], live: np.ndarray[Any, 
         rows[~live] if len(rows) == num_rows else np.setdiff1d(np.arange(num_rows), rows[live])
     )
     return late
+
 
 _INT_SAFE = 1 << 62
 _IDENTITY_RESULT = (Count, Sum, Min, Max)

@@ -138,7 +138,8 @@ class WindowColumns:
         skipped), or None when an entry does not have the columnar shape (a non-int key or window,
         an accumulator that is not ``width`` ints) or another state is present: the caller restores
         into the heap backend instead. Raises ValueError, as the heap backend does, for an entry
-        stored under the wrong key group or listed twice."""
+        listed twice, and for one stored under the wrong key group unless ``key_groups_of`` is
+        None (trusted files: ``OperatorRestore.trusted_key_groups``)."""
         parts: list[tuple[int, IntRows]] = []
         for snap in snapshots:
             if set(snap.kinds) - {state_name}:
@@ -158,15 +159,16 @@ class WindowColumns:
         namespaces = np.concatenate([p.namespaces for _, p in parts])
         acc = np.concatenate([p.values for _, p in parts])
         stored = np.concatenate([np.full(len(p), kg, dtype=np.int32) for kg, p in parts])
-        actual = key_groups_of(keys)
-        wrong = np.nonzero(actual != stored)[0]
-        if len(wrong):
-            i = int(wrong[0])
-            raise ValueError(
-                f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(stored[i])}, but it "
-                f"belongs to key group {int(actual[i])}: the file was written with another hash function "
-                "or max_parallelism"
-            )
+        if key_groups_of is not None:
+            actual = key_groups_of(keys)
+            wrong = np.nonzero(actual != stored)[0]
+            if len(wrong):
+                i = int(wrong[0])
+                raise ValueError(
+                    f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(stored[i])}, but "
+                    f"it belongs to key group {int(actual[i])}: the file was written with another hash "
+                    "function or max_parallelism"
+                )
         order = np.lexsort((keys, namespaces))
         keys, namespaces, acc, stored = keys[order], namespaces[order], acc[order], stored[order]
         twice = np.nonzero((np.diff(keys) == 0) & (np.diff(namespaces) == 0))[0]

@@ -106,3 +106,33 @@ def test_the_first_bad_file_in_fetch_order_is_reported(
     expected = "has .* bytes and sha256" if first_fault == "corrupt" else "cannot be read"
     with pytest.raises(state_io.StateRestoreError, match=f"state file {first} of checkpoint .*{expected}"):
         _restore(store, meta, threads, monkeypatch)
+
+
+def test_a_checkpoint_restore_trusts_the_key_groups_of_its_verified_files(
+    checkpoint: tuple[str, CompletedMetadata], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No restored key is hashed again (Flink trusts its key-group offsets); state built by hand
+    (``trusted_key_groups`` False) still has every key checked."""
+    import dataclasses
+
+    from spark_jobs.runtime.operators.base import OperatorContext
+    from spark_jobs.runtime.operators.keyed import KeyedOperator
+    from state_store.core.state import backend as backend_module
+
+    uri, meta = checkpoint
+    restored, _ = state_io.read_operator_restore(open_store(uri), meta, UID, KeyGroupRange(0, 15))
+    assert restored is not None and restored.trusted_key_groups
+    hashed: list[Any] = []
+    real = backend_module.stable_hash
+    monkeypatch.setattr(backend_module, "stable_hash", lambda key: hashed.append(key) or real(key))
+    ctx = OperatorContext("j", 0, 1, 16, KeyGroupRange(0, 15), 0, meta.checkpoint_id + 1)
+    backend_module.shared_key_group_cache(16).clear()  # a restarted subtask: a new process
+    trusting = KeyedOperator(UID, "user")
+    trusting.open(ctx, restored)
+    entries = sum(part.num_rows for part in restored.keyed)
+    assert entries > 100 and trusting.backend.snapshot().num_rows == entries
+    assert hashed == []
+    backend_module.shared_key_group_cache(16).clear()
+    checking = KeyedOperator(UID, "user")
+    checking.open(ctx, dataclasses.replace(restored, trusted_key_groups=False))
+    assert len(hashed) >= entries // 2  # each distinct key once (the keys hold one state each)

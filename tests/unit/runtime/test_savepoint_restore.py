@@ -194,3 +194,39 @@ def test_stop_with_savepoint_halts_epochs_until_a_restore(tmp_path: Path) -> Non
     assert report.status == "stopped" and "final" in report.reason and "restore" in report.reason
     restore(job, uri, clock, RestoreRequest(source=info["location"]))
     assert cycle(job, uri, clock).status == "completed"
+
+
+def test_a_savepoint_entry_under_the_wrong_key_group_is_refused_at_import(tmp_path: Path, savepoint) -> None:  # type: ignore[no-untyped-def]
+    """State enters checkpoints through a savepoint import, which checks every entry's key group:
+    restores from checkpoints then trust them (``OperatorRestore.trusted_key_groups``)."""
+    from spark_jobs.snapshots import SAVEPOINT_KIND, _Body
+    from state_store.core.codec import decode_document, encode_document
+    from state_store.core.state.snapshot import KeyedStateSnapshot
+    from state_store.formats.keyed import read_state_file, write_state_file
+
+    _uri, location, _ = savepoint
+    moved = tmp_path / "moved"
+    shutil.copytree(location.removeprefix("file://"), moved)
+    path = moved / "dedup" / "state.parquet"
+    state = read_state_file(path)
+    first, second = sorted(state.key_groups)[:2]
+    groups = dict(state.key_groups)
+    groups[first], groups[second] = groups[second], groups[first]  # filed where they do not hash to
+    write_state_file(
+        path, KeyedStateSnapshot(state.max_parallelism, state.key_group_range, state.kinds, groups)
+    )
+    manifest = moved / "_metadata.json"
+    body = decode_document(manifest.read_bytes(), SAVEPOINT_KIND, _Body, key="m").body
+    data = path.read_bytes()
+    body["operators"]["dedup"]["state"].update(size=len(data), sha256=hashlib.sha256(data).hexdigest())
+    manifest.write_bytes(encode_document(SAVEPOINT_KIND, _Body(body)))
+    with pytest.raises(
+        SnapshotError,
+        match=r"savepoint file .*dedup/state\.parquet cannot be restored: .*under key group \d+, but",
+    ):
+        read_savepoint(moved.as_uri())
+    job, clock = small_job(), new_clock()
+    target = (tmp_path / "target").as_uri()
+    with pytest.raises(SnapshotError, match="cannot be restored"):
+        restore(job, target, clock, RestoreRequest(source=moved.as_uri()))
+    assert not (tmp_path / "target").exists() or not any((tmp_path / "target").rglob("_metadata.json"))

@@ -184,6 +184,8 @@ def test_restore_refuses_keys_under_the_wrong_key_group_and_duplicates() -> None
     wrong = _snapshot({4: [StateRow(3, 0, [1, 2], None)]})
     with pytest.raises(ValueError, match="belongs to key group 3"):
         WindowColumns.restore(2, [wrong], "acc", KeyGroupRange(0, 31), groups_of)
+    trusted = WindowColumns.restore(2, [wrong], "acc", KeyGroupRange(0, 31), None)  # a checkpoint's files
+    assert trusted is not None and trusted.runs[0].kgs.tolist() == [4]
     twice = [_snapshot({3: [StateRow(3, 0, [1, 2], None)]}), _snapshot({3: [StateRow(3, 0, [2, 2], None)]})]
     with pytest.raises(ValueError, match="twice"):
         WindowColumns.restore(2, twice, "acc", KeyGroupRange(0, 31), groups_of)
