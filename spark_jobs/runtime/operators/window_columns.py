@@ -27,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -153,39 +154,54 @@ class WindowColumns:
                     return None
                 parts.append((kg, columns))
         out = cls(width)
-        if not parts:
-            return out
-        keys = np.concatenate([p.keys for _, p in parts])
-        namespaces = np.concatenate([p.namespaces for _, p in parts])
-        acc = np.concatenate([p.values for _, p in parts])
-        stored = np.concatenate([np.full(len(p), kg, dtype=np.int32) for kg, p in parts])
-        if key_groups_of is not None:
-            actual = key_groups_of(keys)
-            wrong = np.nonzero(actual != stored)[0]
-            if len(wrong):
-                i = int(wrong[0])
-                raise ValueError(
-                    f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(stored[i])}, but "
-                    f"it belongs to key group {int(actual[i])}: the file was written with another hash "
-                    "function or max_parallelism"
-                )
-        order = np.lexsort((keys, namespaces))
-        keys, namespaces, acc, stored = keys[order], namespaces[order], acc[order], stored[order]
-        twice = np.nonzero((np.diff(keys) == 0) & (np.diff(namespaces) == 0))[0]
-        if len(twice):
-            i = int(twice[0])
-            raise ValueError(
-                f"state {state_name!r} lists key {int(keys[i])!r} (namespace {int(namespaces[i])!r}) twice "
-                f"in key group {int(stored[i])}: the snapshot is corrupt"
-            )
-        starts, first = np.unique(namespaces, return_index=True)
-        bounds = [*first.tolist(), len(keys)]
-        for ws, lo, hi in zip(starts.tolist(), bounds, bounds[1:]):
-            out.runs[ws] = Run(keys[lo:hi], stored[lo:hi], acc[lo:hi])
+        for ws, pieces in sorted(_by_window_start(parts).items()):
+            keys = np.concatenate([k for _, k, _ in pieces])
+            acc = np.concatenate([a for _, _, a in pieces])
+            kgs = np.concatenate([np.full(len(k), kg, dtype=np.int32) for kg, k, _ in pieces])
+            if key_groups_of is not None:
+                actual = key_groups_of(keys)
+                wrong = np.nonzero(actual != kgs)[0]
+                if len(wrong):
+                    i = int(wrong[0])
+                    raise ValueError(
+                        f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(kgs[i])}, "
+                        f"but it belongs to key group {int(actual[i])}: the file was written with another "
+                        "hash function or max_parallelism"
+                    )
+            if len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])):  # else sorted and unique
+                order = np.argsort(keys)
+                keys, kgs, acc = keys[order], kgs[order], acc[order]
+                twice = np.nonzero(keys[1:] == keys[:-1])[0]
+                if len(twice):
+                    i = int(twice[0])
+                    raise ValueError(
+                        f"state {state_name!r} lists key {int(keys[i])!r} (namespace {ws!r}) twice in key "
+                        f"group {int(kgs[i])}: the snapshot is corrupt"
+                    )
+            out.runs[ws] = Run(keys, kgs, acc)
         return out
 
     def entries(self) -> Mapping[int, Run]:
         return self.runs
+
+
+def _by_window_start(
+    parts: list[tuple[int, IntRows]],
+) -> dict[int, list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]]:
+    """Per window start, its (key group, keys, accumulators) pieces: a snapshot's rows come by window
+    start within each key group (``snapshot_rows``), so each piece is a slice; other orders are
+    sorted by window start first. No global sort: a restore sorts each window's keys once."""
+    out: dict[int, list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]] = {}
+    for kg, rows in parts:
+        keys, starts, acc = rows.keys, rows.namespaces, rows.values
+        if len(starts) > 1 and bool(np.any(starts[1:] < starts[:-1])):
+            order = np.argsort(starts, kind="stable")
+            keys, starts, acc = keys[order], starts[order], acc[order]
+        bounds = [0, *(np.flatnonzero(starts[1:] != starts[:-1]) + 1).tolist(), len(starts)]
+        for lo, hi in itertools.pairwise(bounds):
+            if hi > lo:
+                out.setdefault(int(starts[lo]), []).append((kg, keys[lo:hi], acc[lo:hi]))
+    return out
 
 
 def _int_rows(rows: Iterable[Any], width: int) -> IntRows | None:
