@@ -435,7 +435,7 @@ def run_s4big(sizes: Sizes, out: Path | None) -> Path:
                     ["pyarrow floor (get + IPC read of every file, no checksum)", best["floor_s"]],
                     ["verified floor (the same + SHA-256 of every file)", best["verified_floor_s"]],
                     ["Epochal read: fetch, verify size + SHA-256, decode", best["read_s"]],
-                    ["window operator open: sorted runs per window, key groups checked", best["open_s"]],
+                    ["window operator open: one key-sorted run per window", best["open_s"]],
                     ["Epochal restore = read + open", best["restore_s"]],
                 ]
             ],

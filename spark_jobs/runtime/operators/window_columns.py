@@ -28,7 +28,9 @@ Invariants:
 from __future__ import annotations
 
 import itertools
+import os
 from collections.abc import Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,10 @@ from state_store.core.state.snapshot import KeyedStateSnapshot
 from state_store.formats.int_rows import IntRows
 
 SAFE = 1 << 62
+RESTORE_THREADS = max(1, min(4, os.cpu_count() or 1))
+"""Windows restored at once (sorting and gathering release the GIL)."""
+PARALLEL_RESTORE_ENTRIES = 1_000_000
+"""Below this many entries a restore stays on the calling thread (a thread hand-off costs more)."""
 
 
 @dataclass(frozen=True)
@@ -154,44 +160,63 @@ class WindowColumns:
                     return None
                 parts.append((kg, columns))
         out = cls(width)
-        for ws, pieces in sorted(_by_window_start(parts).items()):
-            keys = np.concatenate([k for _, k, _ in pieces])
-            acc = np.concatenate([a for _, _, a in pieces])
-            kgs = np.concatenate([np.full(len(k), kg, dtype=np.int32) for kg, k, _ in pieces])
-            if key_groups_of is not None:
-                actual = key_groups_of(keys)
-                wrong = np.nonzero(actual != kgs)[0]
-                if len(wrong):
-                    i = int(wrong[0])
-                    raise ValueError(
-                        f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(kgs[i])}, "
-                        f"but it belongs to key group {int(actual[i])}: the file was written with another "
-                        "hash function or max_parallelism"
-                    )
-            if len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])):  # else sorted and unique
-                order = np.argsort(keys)
-                keys, kgs, acc = keys[order], kgs[order], acc[order]
-                twice = np.nonzero(keys[1:] == keys[:-1])[0]
-                if len(twice):
-                    i = int(twice[0])
-                    raise ValueError(
-                        f"state {state_name!r} lists key {int(keys[i])!r} (namespace {ws!r}) twice in key "
-                        f"group {int(kgs[i])}: the snapshot is corrupt"
-                    )
-            out.runs[ws] = Run(keys, kgs, acc)
+        windows = sorted(_by_window_start(parts).items())
+
+        def run_of(window: tuple[int, list[_Piece]]) -> Run:
+            return _sorted_run(state_name, *window, key_groups_of)
+
+        entries = sum(len(keys) for _, pieces in windows for _, keys, _ in pieces)
+        threads = min(RESTORE_THREADS, len(windows)) if entries >= PARALLEL_RESTORE_ENTRIES else 1
+        if threads > 1:  # numpy sorts and gathers without the GIL: one window per core
+            with ThreadPoolExecutor(threads, thread_name_prefix="epochal-window-restore") as pool:
+                runs = list(pool.map(run_of, windows))  # the first failing window in order raises
+        else:
+            runs = [run_of(w) for w in windows]
+        out.runs = {ws: run for (ws, _), run in zip(windows, runs, strict=True)}
         return out
 
     def entries(self) -> Mapping[int, Run]:
         return self.runs
 
 
-def _by_window_start(
-    parts: list[tuple[int, IntRows]],
-) -> dict[int, list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]]:
+_Piece = tuple[int, NDArray[np.int64], NDArray[np.int64]]
+"""(key group, keys, accumulators) of one window start within one key group."""
+
+
+def _sorted_run(state_name: str, ws: int, pieces: list[_Piece], key_groups_of: Any) -> Run:
+    """One window's pieces as a key-sorted run; ValueError for a key listed twice, or (with
+    ``key_groups_of``) stored under a key group it does not hash to."""
+    keys = np.concatenate([k for _, k, _ in pieces])
+    acc = np.concatenate([a for _, _, a in pieces])
+    kgs = np.concatenate([np.full(len(k), kg, dtype=np.int32) for kg, k, _ in pieces])
+    if key_groups_of is not None:
+        actual = key_groups_of(keys)
+        wrong = np.nonzero(actual != kgs)[0]
+        if len(wrong):
+            i = int(wrong[0])
+            raise ValueError(
+                f"state {state_name!r} lists key {int(keys[i])!r} under key group {int(kgs[i])}, but it "
+                f"belongs to key group {int(actual[i])}: the file was written with another hash function "
+                "or max_parallelism"
+            )
+    if len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])):  # else sorted and unique already
+        order = np.argsort(keys)
+        keys, kgs, acc = keys[order], kgs[order], acc[order]
+        twice = np.nonzero(keys[1:] == keys[:-1])[0]
+        if len(twice):
+            i = int(twice[0])
+            raise ValueError(
+                f"state {state_name!r} lists key {int(keys[i])!r} (namespace {ws!r}) twice in key group "
+                f"{int(kgs[i])}: the snapshot is corrupt"
+            )
+    return Run(keys, kgs, acc)
+
+
+def _by_window_start(parts: list[tuple[int, IntRows]]) -> dict[int, list[_Piece]]:
     """Per window start, its (key group, keys, accumulators) pieces: a snapshot's rows come by window
     start within each key group (``snapshot_rows``), so each piece is a slice; other orders are
     sorted by window start first. No global sort: a restore sorts each window's keys once."""
-    out: dict[int, list[tuple[int, NDArray[np.int64], NDArray[np.int64]]]] = {}
+    out: dict[int, list[_Piece]] = {}
     for kg, rows in parts:
         keys, starts, acc = rows.keys, rows.namespaces, rows.values
         if len(starts) > 1 and bool(np.any(starts[1:] < starts[:-1])):

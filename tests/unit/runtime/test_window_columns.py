@@ -326,3 +326,25 @@ def test_a_subtask_writes_its_changed_key_groups_as_one_file_on_either_path(
             bases = {chain["key"] if "key" in chain else chain["base"]["key"] for chain in chains.values()}
             assert len(chains) > 1 and len(bases) == 1, (name, task.task, len(bases), len(chains))
             assert [h.key for h in task.handles] == list(bases)
+
+
+def test_windows_restored_on_threads_equal_one_thread_and_report_the_first_bad_window(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from spark_jobs.runtime.operators import window_columns
+
+    rows = {
+        kg: [StateRow(k, ws, [k, ws], None) for ws in (0, 10, 20, 30) for k in range(kg, 320, 32)]
+        for kg in range(32)
+    }
+    one = WindowColumns.restore(2, [_snapshot(rows)], "acc", KeyGroupRange(0, 31), None)
+    monkeypatch.setattr(window_columns, "PARALLEL_RESTORE_ENTRIES", 1)
+    monkeypatch.setattr(window_columns, "RESTORE_THREADS", 4)
+    many = WindowColumns.restore(2, [_snapshot(rows)], "acc", KeyGroupRange(0, 31), None)
+    assert one is not None and many is not None and sorted(one.runs) == sorted(many.runs) == [0, 10, 20, 30]
+    for ws, run in one.runs.items():
+        assert run.keys.tolist() == sorted(run.keys.tolist()) == many.runs[ws].keys.tolist()
+        assert (run.acc == many.runs[ws].acc).all() and (run.kgs == many.runs[ws].kgs).all()
+    bad = {**rows, 5: [*rows[5], StateRow(5, 20, [0, 0], None), StateRow(5, 30, [0, 0], None)]}
+    with pytest.raises(ValueError, match=r"key 5 \(namespace 20\) twice"):
+        WindowColumns.restore(2, [_snapshot(bad)], "acc", KeyGroupRange(0, 31), None)
