@@ -64,14 +64,20 @@ def to_jsonable(value: Any) -> Any:
 
 def encode_document(kind: str, record: Any) -> bytes:
     """Serialize ``record`` (a dataclass) into the checksummed envelope."""
-    body = to_jsonable(record)
-    envelope = {
-        "format_version": FORMAT_VERSION,
-        "kind": kind,
-        "body": body,
-        "sha256": sha256_hex(canonical_json(body)),
-    }
-    return json.dumps(envelope, sort_keys=True, indent=1).encode() + b"\n"
+    body = canonical_json(to_jsonable(record))
+    # == json.dumps(envelope, sort_keys=True, separators=(",", ":")): the body's canonical JSON is
+    # encoded once (by the C encoder) and both hashed and embedded
+    return b"".join(
+        [
+            b'{"body":',
+            body,
+            b',"format_version":%d,"kind":' % FORMAT_VERSION,
+            canonical_json(kind),
+            b',"sha256":"',
+            sha256_hex(body).encode(),
+            b'"}\n',
+        ]
+    )
 
 
 def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:

@@ -94,9 +94,9 @@ def test_a_torn_entry_falls_back_to_the_store_and_a_torn_bundle_is_ignored() -> 
     job, n = acked_job(16)
     store = counting(job)
     entries = list(job.responder.receipts)
-    entries[0] = dataclasses.replace(
-        entries[0], document=entries[0].document.replace('"records": 1', '"records": 2')
-    )
+    torn = entries[0].document.replace('"records":1', '"records":2')
+    assert torn != entries[0].document
+    entries[0] = dataclasses.replace(entries[0], document=torn)
     bundle(job, n, entries)
     torn_key = job.coordinator.layout.ack_bundle(n, 0, 1, "torn")
     store.inner.put(torn_key, b'{"format_version": 1, "kind": "ack_bundle"')  # a torn second bundle

@@ -105,7 +105,7 @@ def test_quarantined_checkpoint_is_never_chosen() -> None:
     ("mutate", "message"),
     [
         (lambda b: b[: len(b) // 2], "not valid JSON"),
-        (lambda b: b.replace(b'"checkpoint_id": 1', b'"checkpoint_id": 7'), "fails its checksum"),
+        (lambda b: b.replace(b'"checkpoint_id":1', b'"checkpoint_id":7'), "fails its checksum"),
         (lambda b: b"", "not valid JSON"),
         (lambda b: b"[1, 2]", "not a JSON object"),
     ],

@@ -293,7 +293,9 @@ def test_corrupted_commit_entry_is_a_manifest_error(store: ObjectStore) -> None:
     sink = ParquetTransactionalSink(store, JOB, UID)
     sink.commit([pre_commit(sink, 1)])
     key = "job/sinks/orders/_commits/0000000001.json"
-    store.put(key, store.get(key).data.replace(b'"rows": 3', b'"rows": 4'))
+    changed = store.get(key).data.replace(b'"rows":3', b'"rows":4')
+    assert changed != store.get(key).data
+    store.put(key, changed)
     with pytest.raises(ManifestError, match="fails its checksum"):
         read_committed(store, JOB, UID)
 

@@ -1,0 +1,50 @@
+"""The envelope's bytes: compact, sorted JSON written by the C encoder, the body encoded once and
+both hashed and embedded -- exactly ``json.dumps(envelope, sort_keys=True, separators=(",", ":"))``,
+so that any JSON reader (and the checksum rule of docs/storage-format.md) sees what it expects."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from state_store.core.codec import (
+    FORMAT_VERSION,
+    canonical_json,
+    decode_document,
+    encode_document,
+    sha256_hex,
+)
+from state_store.core.manifests import AckRecord, DecisionRecord, Outcome, StateHandle, TaskId
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    metrics=st.dictionaries(st.text(max_size=6), JSON, max_size=4),
+    snapshot=st.dictionaries(st.text(max_size=6), JSON, max_size=4),
+)
+def test_bytes_are_the_compact_sorted_envelope_and_decode_back(metrics: dict, snapshot: dict) -> None:  # type: ignore[type-arg]
+    record = AckRecord(3, TaskId("op", 1), 2, 1, (StateHandle("k", 5, "ab"),), metrics, snapshot)
+    data = encode_document("ack", record)
+    parsed = json.loads(data)
+    envelope = {
+        "format_version": FORMAT_VERSION,
+        "kind": "ack",
+        "body": parsed["body"],
+        "sha256": sha256_hex(canonical_json(parsed["body"])),
+    }
+    assert data == json.dumps(envelope, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    assert decode_document(data, "ack", AckRecord, key="k") == record
+
+
+def test_non_ascii_text_is_escaped_as_before() -> None:
+    data = encode_document("decision", DecisionRecord(1, Outcome.ABORT, 5, message="Übergröße ☃"))
+    assert data.isascii() and b"\\u00dcbergr\\u00f6\\u00dfe \\u2603" in data
+    assert decode_document(data, "decision", DecisionRecord, key="k").message == "Übergröße ☃"
