@@ -98,24 +98,36 @@ def _window_operator(job: Job, uid: str) -> WindowOperator:
     return WindowOperator(uid, "user_id", spec["assigner"], spec["aggregate"], spec["allowed_lateness_ms"])
 
 
-def peer_restart(spec: EventSpec, spark: Any, root: Path, checkpoint: Path, provider: str) -> float:
-    """Append one small file (1,000 later events) and restart the peer's query on its checkpoint:
-    the wall time of that AvailableNow run (query start, state load, one batch, commit)."""
+def peer_restart(
+    spec: EventSpec,
+    spark: Any,
+    root: Path,
+    checkpoint: Path,
+    provider: str,
+    *,
+    extra: pa.Table | None = None,
+    input_dir: Path | None = None,
+) -> float:
+    """Append one small file (``extra``; by default 1,000 later events of ``spec``) to the query's
+    input (``input_dir``, by default ``root/peer-in``) and restart the peer's query on its
+    checkpoint: the wall time of that AvailableNow run (query start, state load, one batch, commit)."""
     from bench.engines import run_peer
 
-    longer = EventSpec(
-        spec.events_per_epoch,
-        spec.keys,
-        spec.epochs + 1,
-        spec.partitions,
-        spec.ms_per_event,
-        spec.jitter_ms,
-        spec.seed,
-    )
-    extra = epoch_events(longer, spec.epochs).slice(0, 1_000)
-    pq.write_table(extra, root / "peer-in" / f"restart-{provider}.parquet")
-    one = EventSpec(1_000, spec.keys, 1, 1, spec.ms_per_event, spec.jitter_ms, spec.seed)
+    input_dir = input_dir or root / "peer-in"
+    if extra is None:
+        longer = EventSpec(
+            spec.events_per_epoch,
+            spec.keys,
+            spec.epochs + 1,
+            spec.partitions,
+            spec.ms_per_event,
+            spec.jitter_ms,
+            spec.seed,
+        )
+        extra = epoch_events(longer, spec.epochs).slice(0, 1_000)
+    pq.write_table(extra, input_dir / f"restart-{provider}.parquet")
+    one = EventSpec(extra.num_rows, spec.keys, 1, 1, spec.ms_per_event, spec.jitter_ms, spec.seed)
     work = checkpoint.parent
     began = time.perf_counter()
-    run_peer(one, spark, root / "peer-in", work, provider)
+    run_peer(one, spark, input_dir, work, provider)
     return time.perf_counter() - began

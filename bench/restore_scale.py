@@ -11,8 +11,8 @@ layout, content-addressed files of up to ``ROWS_PER_FILE`` rows) and completed a
   no Python objects);
 * restore: ``read_operator_restore`` (fetch, verify size and SHA-256, decode; the files of one
   subtask's share, each once) -- split into ``read_s`` and the window operator's ``open`` on it
-  (``open_s``: one key-sorted run per window; the key groups of a checkpoint's files are
-  trusted), over every key group (the whole state, as parallelism 1 would restore it).
+  (``open_s``: one run per window, in the files' (key group, key) order; the key groups of a
+  checkpoint's files are trusted), over every key group (the whole state, as parallelism 1 would restore it).
 
 The key -> key group cache is cleared before the restore: a restarted subtask is a new process.
 """

@@ -4,8 +4,8 @@ Used for tumbling and sliding windows without allowed lateness (the indexed mode
 ``window.py``) whose aggregates are all ``Count`` / ``Sum`` of integers, over integer keys. The
 heap backend keeps one Python list per (key, window); here each window start holds
 
-    keys  int64[n]      sorted, unique
-    kgs   int32[n]      key group of each key
+    index int64[n]      sorted, unique: the packed (key group, key) of each entry, or the key
+    kgs   int32[n]      key group of each entry
     acc   int64[n, w]   one column per aggregate (Count and Sum both merge by addition)
 
 so merging a chunk's partial aggregates, firing a window and taking a snapshot are numpy
@@ -14,6 +14,12 @@ the same way). The state files are the heap backend's, byte for byte in content:
 the ``acc`` value state, namespace = window start, value = the accumulator list; either path
 restores what the other wrote (savepoints, rescaling and ``epochal inspect`` see no difference).
 
+While every key fits in 48 bits (``-2**47 <= key < 2**47``, ``packed``), ``index`` is
+``key group << 48 | key + 2**47``: the entries are in (key group, key) order, the order in which
+snapshots write them, so a restore concatenates each window's key-group slices and sorts nothing.
+The first key outside that range moves every window to key order (``index`` is the key) for the
+rest of the epoch.
+
 Invariants:
 
 * Exactness: every accumulator and partial stays below ``SAFE`` (2**62) in magnitude before a merge,
@@ -21,6 +27,7 @@ Invariants:
   (``WindowOperator._demote``), which merges with Python ints, and stays there for the epoch.
 * Arrays are replaced, never written in place, once a snapshot may hold them (``snapshot_rows``
   slices fresh arrays; ``merge`` copies a run before adding into it).
+* ``packed`` is the same for every run of one ``WindowColumns``; ``Run.keys`` decodes either order.
 * ``changed`` holds every key group whose entries changed since the restore (merges and firings):
   the snapshot's ``changed_key_groups``; the others reuse their files.
 """
@@ -46,15 +53,37 @@ RESTORE_THREADS = max(1, min(4, os.cpu_count() or 1))
 """Windows restored at once (sorting and gathering release the GIL)."""
 PARALLEL_RESTORE_ENTRIES = 1_000_000
 """Below this many entries a restore stays on the calling thread (a thread hand-off costs more)."""
+KEY_BITS = 48
+"""Bits of a key in a packed index; the key group takes the 15 above (max_parallelism <= 2**15)."""
+KEY_OFFSET = 1 << (KEY_BITS - 1)
+KEY_MASK = (1 << KEY_BITS) - 1
 
 
 @dataclass(frozen=True)
 class Run:
     """The accumulators of one window start (module docstring)."""
 
-    keys: NDArray[np.int64]
+    index: NDArray[np.int64]
     kgs: NDArray[np.int32]
     acc: NDArray[np.int64]
+    packed: bool
+
+    @property
+    def keys(self) -> NDArray[np.int64]:
+        """The key of each entry, in ``index`` order."""
+        return (self.index & KEY_MASK) - KEY_OFFSET if self.packed else self.index
+
+
+def packable(keys: NDArray[np.int64]) -> bool:
+    """Whether every key fits in a packed index."""
+    return not len(keys) or (int(keys.min()) >= -KEY_OFFSET and int(keys.max()) < KEY_OFFSET)
+
+
+def pack(keys: NDArray[np.int64], kgs: NDArray[np.int32]) -> NDArray[np.int64]:
+    """The packed index of each (key, key group): increasing in (key group, key); keys ``packable``."""
+    index = kgs.astype(np.int64) << KEY_BITS
+    index |= keys + KEY_OFFSET
+    return index
 
 
 class WindowColumns:
@@ -64,6 +93,7 @@ class WindowColumns:
         self.width = width
         self.runs: dict[int, Run] = {}
         self.changed: set[int] = set()
+        self.packed = True
 
     # -- merge and fire --------------------------------------------------------------------------
     def fits(self, window_starts: Iterable[int], partials: NDArray[np.int64]) -> bool:
@@ -80,28 +110,40 @@ class WindowColumns:
         self, ws: int, keys: NDArray[np.int64], kgs: NDArray[np.int32], partials: NDArray[np.int64]
     ) -> None:
         """Add ``partials`` (one row per key, keys unique) into window ``ws``; new keys are inserted."""
-        order = np.argsort(keys, kind="stable")
-        keys, kgs, partials = keys[order], kgs[order], partials[order]
+        if self.packed and not packable(keys):
+            self._unpack()
+        index = pack(keys, kgs) if self.packed else keys
+        order = np.argsort(index)  # unique: any sort is stable
+        index, kgs, partials = index[order], kgs[order], np.take(partials, order, axis=0)
         run = self.runs.get(ws)
         if run is None:
-            self.runs[ws] = Run(keys, kgs, partials.astype(np.int64, copy=True))
+            self.runs[ws] = Run(index, kgs, partials.astype(np.int64, copy=False), self.packed)
         else:
-            pos = np.searchsorted(run.keys, keys)
-            hit = pos < len(run.keys)
-            hit[hit] = run.keys[pos[hit]] == keys[hit]
+            pos = np.searchsorted(run.index, index)
+            hit = pos < len(run.index)
+            hit[hit] = run.index[pos[hit]] == index[hit]
             acc = run.acc.copy()
             acc[pos[hit]] += partials[hit]
             new = ~hit
             if new.any():
                 at = pos[new]
                 self.runs[ws] = Run(
-                    np.insert(run.keys, at, keys[new]),
+                    np.insert(run.index, at, index[new]),
                     np.insert(run.kgs, at, kgs[new]),
                     np.insert(acc, at, partials[new], axis=0),
+                    self.packed,
                 )
             else:
-                self.runs[ws] = Run(run.keys, run.kgs, acc)
+                self.runs[ws] = Run(run.index, run.kgs, acc, self.packed)
         self.changed.update(np.unique(kgs).tolist())
+
+    def _unpack(self) -> None:
+        """Move every window to key order (a key that does not fit in a packed index arrived)."""
+        for ws, run in self.runs.items():
+            keys = run.keys
+            order = np.argsort(keys)
+            self.runs[ws] = Run(keys[order], run.kgs[order], np.take(run.acc, order, axis=0), False)
+        self.packed = False
 
     def due(self, watermark: int, size: int) -> list[int]:
         """Window starts whose window fires at ``watermark`` (``end - 1 <= watermark``), in order."""
@@ -124,7 +166,7 @@ class WindowColumns:
         namespaces = np.concatenate([np.full(len(r.keys), ws, dtype=np.int64) for ws, r in zip(starts, runs)])
         acc = np.concatenate([r.acc for r in runs])
         order = np.argsort(kgs, kind="stable")
-        keys, kgs, namespaces, acc = keys[order], kgs[order], namespaces[order], acc[order]
+        keys, kgs, namespaces, acc = keys[order], kgs[order], namespaces[order], np.take(acc, order, axis=0)
         groups, first = np.unique(kgs, return_index=True)
         bounds = [*first.tolist(), len(kgs)]
         return {
@@ -161,9 +203,10 @@ class WindowColumns:
                 parts.append((kg, columns))
         out = cls(width)
         windows = sorted(_by_window_start(parts).items())
+        out.packed = all(packable(keys) for _, pieces in windows for _, keys, _ in pieces)
 
         def run_of(window: tuple[int, list[_Piece]]) -> Run:
-            return _sorted_run(state_name, *window, key_groups_of)
+            return _sorted_run(state_name, *window, key_groups_of, out.packed)
 
         entries = sum(len(keys) for _, pieces in windows for _, keys, _ in pieces)
         threads = min(RESTORE_THREADS, len(windows)) if entries >= PARALLEL_RESTORE_ENTRIES else 1
@@ -183,9 +226,12 @@ _Piece = tuple[int, NDArray[np.int64], NDArray[np.int64]]
 """(key group, keys, accumulators) of one window start within one key group."""
 
 
-def _sorted_run(state_name: str, ws: int, pieces: list[_Piece], key_groups_of: Any) -> Run:
-    """One window's pieces as a key-sorted run; ValueError for a key listed twice, or (with
-    ``key_groups_of``) stored under a key group it does not hash to."""
+def _sorted_run(state_name: str, ws: int, pieces: list[_Piece], key_groups_of: Any, packed: bool) -> Run:
+    """One window's pieces as a run sorted by its index (packed or key); ValueError for a key listed
+    twice, or (with ``key_groups_of``) stored under a key group it does not hash to. Packed, pieces
+    written by ``snapshot_rows`` are already in order: they are only concatenated, by key group."""
+    if packed:
+        pieces = sorted(pieces, key=lambda piece: piece[0])
     keys = np.concatenate([k for _, k, _ in pieces])
     acc = np.concatenate([a for _, _, a in pieces])
     kgs = np.concatenate([np.full(len(k), kg, dtype=np.int32) for kg, k, _ in pieces])
@@ -199,23 +245,26 @@ def _sorted_run(state_name: str, ws: int, pieces: list[_Piece], key_groups_of: A
                 f"belongs to key group {int(actual[i])}: the file was written with another hash function "
                 "or max_parallelism"
             )
-    if len(keys) > 1 and not bool(np.all(keys[1:] > keys[:-1])):  # else sorted and unique already
-        order = np.argsort(keys)
-        keys, kgs, acc = keys[order], kgs[order], acc[order]
-        twice = np.nonzero(keys[1:] == keys[:-1])[0]
+    index = pack(keys, kgs) if packed else keys
+    del keys
+    if len(index) > 1 and not bool(np.all(index[1:] > index[:-1])):  # else sorted and unique already
+        order = np.argsort(index)
+        index, kgs, acc = index[order], kgs[order], np.take(acc, order, axis=0)
+        twice = np.nonzero(index[1:] == index[:-1])[0]
         if len(twice):
             i = int(twice[0])
+            key = int(Run(index[i : i + 1], kgs[i : i + 1], acc[i : i + 1], packed).keys[0])
             raise ValueError(
-                f"state {state_name!r} lists key {int(keys[i])!r} (namespace {ws!r}) twice in key group "
+                f"state {state_name!r} lists key {key!r} (namespace {ws!r}) twice in key group "
                 f"{int(kgs[i])}: the snapshot is corrupt"
             )
-    return Run(keys, kgs, acc)
+    return Run(index, kgs, acc, packed)
 
 
 def _by_window_start(parts: list[tuple[int, IntRows]]) -> dict[int, list[_Piece]]:
     """Per window start, its (key group, keys, accumulators) pieces: a snapshot's rows come by window
     start within each key group (``snapshot_rows``), so each piece is a slice; other orders are
-    sorted by window start first. No global sort: a restore sorts each window's keys once."""
+    sorted by window start first. No global sort: a restore sorts each window at most once."""
     out: dict[int, list[_Piece]] = {}
     for kg, rows in parts:
         keys, starts, acc = rows.keys, rows.namespaces, rows.values

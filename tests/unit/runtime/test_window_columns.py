@@ -17,6 +17,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
@@ -343,8 +345,114 @@ def test_windows_restored_on_threads_equal_one_thread_and_report_the_first_bad_w
     many = WindowColumns.restore(2, [_snapshot(rows)], "acc", KeyGroupRange(0, 31), None)
     assert one is not None and many is not None and sorted(one.runs) == sorted(many.runs) == [0, 10, 20, 30]
     for ws, run in one.runs.items():
-        assert run.keys.tolist() == sorted(run.keys.tolist()) == many.runs[ws].keys.tolist()
+        expected = sorted(zip(run.kgs.tolist(), run.keys.tolist(), strict=True))  # (key group, key) order
+        assert list(zip(run.kgs.tolist(), run.keys.tolist(), strict=True)) == expected
+        assert run.index.tolist() == many.runs[ws].index.tolist() and run.packed and many.runs[ws].packed
         assert (run.acc == many.runs[ws].acc).all() and (run.kgs == many.runs[ws].kgs).all()
     bad = {**rows, 5: [*rows[5], StateRow(5, 20, [0, 0], None), StateRow(5, 30, [0, 0], None)]}
     with pytest.raises(ValueError, match=r"key 5 \(namespace 20\) twice"):
         WindowColumns.restore(2, [_snapshot(bad)], "acc", KeyGroupRange(0, 31), None)
+
+
+def _contents(cols: WindowColumns) -> dict[tuple[int, int], tuple[int, list[int]]]:
+    """(window start, key) -> (key group, accumulator) of every entry."""
+    return {
+        (ws, k): (g, a)
+        for ws, run in cols.runs.items()
+        for k, g, a in zip(run.keys.tolist(), run.kgs.tolist(), run.acc.tolist(), strict=True)
+    }
+
+
+def test_a_restore_of_packed_windows_concatenates_and_sorts_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from spark_jobs.runtime.operators import window_columns
+
+    cols = WindowColumns(2)
+    keys = np.array([-(1 << 47), 5, 37, (1 << 47) - 1, 64, 3])
+    kgs = (keys % 32).astype(np.int32)
+    for ws in (0, 10):
+        cols.merge(ws, keys, kgs, np.stack([np.ones(len(keys), dtype=np.int64), keys + ws], axis=1))
+    assert cols.packed
+    files = cols.snapshot_rows()
+    sorts = 0
+    original = np.argsort
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        nonlocal sorts
+        sorts += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(window_columns.np, "argsort", counting)
+    restored = WindowColumns.restore(2, [_snapshot({kg: list(r) for kg, r in files.items()})], "acc",
+                                     KeyGroupRange(0, 31), lambda k: np.asarray(k) % 32)  # fmt: skip
+    assert sorts == 0 and restored is not None and restored.packed
+    assert _contents(restored) == _contents(cols) and len(_contents(cols)) == 12
+    for run in restored.runs.values():  # (key group, key) order, the files' order
+        pairs = list(zip(run.kgs.tolist(), run.keys.tolist(), strict=True))
+        assert pairs == sorted(pairs) and run.index.tolist() == sorted(run.index.tolist())
+    shuffled = {kg: list(reversed(r)) for kg, r in files.items()}  # another writer's order is sorted once
+    again = WindowColumns.restore(2, [_snapshot(shuffled)], "acc", KeyGroupRange(0, 31), None)
+    assert sorts > 0 and again is not None and _contents(again) == _contents(cols)
+
+
+@pytest.mark.parametrize(
+    "big", [1 << 47, -(1 << 47) - 1, (1 << 63) - 1], ids=["2**47", "-2**47-1", "int64-max"]
+)
+def test_a_key_beyond_48_bits_moves_every_window_to_key_order(big: int) -> None:
+    cols = WindowColumns(2)
+    cols.merge(
+        0, np.array([9, 2, 40]), np.array([9, 2, 8], dtype=np.int32), np.array([[1, 1], [1, 2], [1, 3]])
+    )
+    cols.merge(10, np.array([7]), np.array([7], dtype=np.int32), np.array([[1, 7]]))
+    cols.merge(0, np.array([big, 2]), np.array([1, 2], dtype=np.int32), np.array([[1, 5], [2, 6]]))
+    assert not cols.packed and not any(run.packed for run in cols.runs.values())
+    assert _contents(cols) == {
+        (0, 9): (9, [1, 1]), (0, 2): (2, [3, 8]), (0, 40): (8, [1, 3]), (0, big): (1, [1, 5]),
+        (10, 7): (7, [1, 7]),
+    }  # fmt: skip
+    for run in cols.runs.values():
+        assert run.keys.tolist() == sorted(run.keys.tolist()) == run.index.tolist()
+    files = cols.snapshot_rows()
+    restored = WindowColumns.restore(2, [_snapshot({kg: list(r) for kg, r in files.items()})], "acc",
+                                     KeyGroupRange(0, 31), None)  # fmt: skip
+    assert restored is not None and not restored.packed and _contents(restored) == _contents(cols)
+    with pytest.raises(ValueError, match=rf"key {big} \(namespace 0\) twice"):
+        WindowColumns.restore(2, [_snapshot({1: [*files[1], *files[1]]})], "acc", KeyGroupRange(0, 31), None)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from([0, 10, 20]),
+            st.lists(
+                st.one_of(st.integers(-50, 50), st.integers(-(1 << 63), (1 << 63) - 1)),
+                max_size=8,
+                unique=True,
+            ),
+        ),
+        max_size=6,
+    )
+)
+def test_merges_snapshots_and_restores_keep_every_accumulator(chunks: list[tuple[int, list[int]]]) -> None:
+    """Against a dict: merges in either order mode, then a snapshot restored, hold the same sums."""
+    cols = WindowColumns(2)
+    model: dict[tuple[int, int], list[int]] = {}
+    for ws, keys in chunks:
+        if not keys:
+            continue
+        arr = np.array(keys, dtype=np.int64)
+        cols.merge(
+            ws,
+            arr,
+            (arr % 32).astype(np.int32),
+            np.stack([np.ones(len(arr), dtype=np.int64), arr % 7], axis=1),
+        )
+        for k in keys:
+            count, total = model.get((ws, k), [0, 0])
+            model[(ws, k)] = [count + 1, total + k % 7]
+    assert {wk: a for wk, (_, a) in _contents(cols).items()} == model
+    files = cols.snapshot_rows()
+    restored = WindowColumns.restore(2, [_snapshot({kg: list(r) for kg, r in files.items()})], "acc",
+                                     KeyGroupRange(0, 31), lambda k: np.asarray(k) % 32)  # fmt: skip
+    assert restored is not None and _contents(restored) == _contents(cols)
+    assert restored.packed == all(-(1 << 47) <= k < 1 << 47 for _, k in model)
