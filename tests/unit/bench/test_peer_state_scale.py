@@ -1,6 +1,5 @@
 """The peer's side of S4 at scale (``bench.peer_state_scale``): its input holds exactly the state
-Epochal's side builds (every user once in every window, so users x windows open windows), and the
-HDFS-backed provider is only started where its heap can hold that state."""
+Epochal's side builds (every user once in every window, so users x windows open windows)."""
 
 from __future__ import annotations
 
@@ -9,7 +8,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 
 from bench.engines import WINDOW_MS
-from bench.peer_state_scale import hdfs_heap_shortfall, restart_extra, write_window_inputs
+from bench.peer_state_scale import restart_extra, write_window_inputs
 
 
 def test_the_input_puts_every_user_once_in_every_window(tmp_path: Path) -> None:
@@ -24,9 +23,3 @@ def test_the_input_puts_every_user_once_in_every_window(tmp_path: Path) -> None:
     extra = restart_extra(25_000)
     assert extra.num_rows == 1_000 and max(extra.column("user_id").to_pylist()) < 25_000
     assert max(extra.column("event_time").to_pylist()) < WINDOW_MS  # an open window: no new state row
-
-
-def test_the_hdfs_provider_is_skipped_only_where_its_heap_cannot_hold_the_state() -> None:
-    assert hdfs_heap_shortfall(1_000_000) is None
-    reason = hdfs_heap_shortfall(30_000_000)
-    assert reason is not None and "30,000,000 rows" in reason and "driver heap" in reason
