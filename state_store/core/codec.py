@@ -49,8 +49,15 @@ def canonical_json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode()
 
 
+_PLAIN = frozenset({str, int, float, bool, type(None)})
+"""Exact types ``to_jsonable`` returns as they are without further checks (most values of a
+document: the common case first; an ``enum`` subclassing ``str`` or ``int`` is not among them)."""
+
+
 def to_jsonable(value: Any) -> Any:
     """Turn dataclasses, enums and tuples into plain JSON values."""
+    if type(value) in _PLAIN:
+        return value
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: to_jsonable(getattr(value, f.name)) for f in _fields(type(value))}
     if isinstance(value, enum.Enum):

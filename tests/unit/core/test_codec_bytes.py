@@ -4,6 +4,8 @@ so that any JSON reader (and the checksum rule of docs/storage-format.md) sees w
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 
 from hypothesis import given, settings
@@ -15,6 +17,7 @@ from state_store.core.codec import (
     decode_document,
     encode_document,
     sha256_hex,
+    to_jsonable,
 )
 from state_store.core.manifests import AckRecord, DecisionRecord, Outcome, StateHandle, TaskId
 
@@ -48,3 +51,41 @@ def test_non_ascii_text_is_escaped_as_before() -> None:
     data = encode_document("decision", DecisionRecord(1, Outcome.ABORT, 5, message="Übergröße ☃"))
     assert data.isascii() and b"\\u00dcbergr\\u00f6\\u00dfe \\u2603" in data
     assert decode_document(data, "decision", DecisionRecord, key="k").message == "Übergröße ☃"
+
+
+class _Color(str, enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class _Inner:
+    color: _Color
+    level: _Level
+    pair: tuple[int, float]
+
+
+@dataclasses.dataclass(frozen=True)
+class _Outer:
+    inner: _Inner
+    by_id: dict[int, _Inner | None]
+    flag: bool
+    note: str | None
+
+
+def test_to_jsonable_turns_enums_subclassing_str_or_int_into_their_values() -> None:
+    """Plain values pass through unchanged; an enum that is also a ``str`` or ``int`` is still an
+    enum (its value is written, not the member), at any depth."""
+    inner = _Inner(_Color.RED, _Level.HIGH, (1, 2.5))
+    value = to_jsonable(_Outer(inner, {7: inner, 8: None}, True, None))
+    assert value == {
+        "inner": {"color": "red", "level": 3, "pair": [1, 2.5]},
+        "by_id": {"7": {"color": "red", "level": 3, "pair": [1, 2.5]}, "8": None},
+        "flag": True,
+        "note": None,
+    }
+    assert type(value["inner"]["color"]) is str and type(value["inner"]["level"]) is int
+    assert type(value["flag"]) is bool
