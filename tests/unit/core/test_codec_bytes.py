@@ -53,7 +53,7 @@ def test_non_ascii_text_is_escaped_as_before() -> None:
     assert decode_document(data, "decision", DecisionRecord, key="k").message == "Übergröße ☃"
 
 
-class _Color(str, enum.Enum):
+class _Color(enum.StrEnum):
     RED = "red"
 
 
