@@ -6,6 +6,7 @@ Storage, time and fault injection come in through the ports (``state_store.core.
 from state_store.core.cleaner import apply_retention
 from state_store.core.codec import FORMAT_VERSION, ManifestError, UnsupportedFormatVersion
 from state_store.core.completed import (
+    ChainHeadError,
     CheckpointVerificationError,
     CompletedCheckpoint,
     CompletedCheckpointStore,
@@ -13,10 +14,18 @@ from state_store.core.completed import (
     load_completed,
 )
 from state_store.core.config import CheckpointConfig, InvalidConfigError
-from state_store.core.coordinator import CheckpointCoordinator, CompletionResult, Gate, MasterHook
+from state_store.core.coordinator import (
+    CheckpointCoordinator,
+    CompletionResult,
+    Gate,
+    MasterHook,
+    RestoreCommit,
+)
 from state_store.core.failures import CheckpointException, CheckpointFailureReason, JobFailedError
 from state_store.core.history import CheckpointSummary, checkpoint_history
+from state_store.core.jobrecord import JobRecords
 from state_store.core.layout import InvalidNameError, JobLayout, validate_name
+from state_store.core.lease import LeaseHeldError, LeaseLostError
 from state_store.core.manifests import (
     AckRecord,
     AttemptRecord,
@@ -54,6 +63,7 @@ __all__ = [
     "AckRecord",
     "AckResult",
     "AttemptRecord",
+    "ChainHeadError",
     "CheckpointConfig",
     "CheckpointCoordinator",
     "CheckpointException",
@@ -76,8 +86,11 @@ __all__ = [
     "JobFailedError",
     "JobLayout",
     "JobRecord",
+    "JobRecords",
     "KillSwitch",
     "LatestPointer",
+    "LeaseHeldError",
+    "LeaseLostError",
     "ManifestError",
     "MasterHook",
     "ObjectAlreadyExists",
@@ -90,6 +103,7 @@ __all__ = [
     "PendingRecord",
     "PendingState",
     "RecoveryReport",
+    "RestoreCommit",
     "RetentionInputs",
     "RetentionPlan",
     "RetentionPolicy",

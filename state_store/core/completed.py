@@ -6,12 +6,21 @@ deep verification, the recorded SHA-256).
 
 Recovery rule (deterministic: the same storage always gives the same answer)
 ---------------------------------------------------------------------------
-1. Candidates: completed, verifying, non-savepoint, non-quarantined checkpoints.
-2. Eligible: candidates of the job's current generation, plus the checkpoint the current
-   generation was restored from (``_job.json.restored_from``). Without ``_job.json``: all.
-3. The newest eligible checkpoint wins. ``LATEST`` is the fast path and a monotonic hint: when it
-   is missing, stale (a crash between ``_metadata.json`` and the pointer move) or corrupt, the rule
-   above still gives the answer, and the pointer is never needed to decide completion.
+The job record names the chain head (``_job.json`` ``head``, moved by the fenced compare-and-swap
+that commits a checkpoint, see ``state_store.core.jobrecord``). The head is the latest completed
+checkpoint, full stop:
+
+1. it must verify; if it does not, recovery stops with :class:`ChainHeadError` naming the file and
+   the remedy -- it never falls back silently to an older checkpoint, whose successor's sink
+   output may already be committed (falling back is the caller's explicit, checked decision);
+2. the retained queue holds the head and the newest older candidates: completed, verifying,
+   non-savepoint, non-quarantined checkpoints of the current generation, plus the checkpoint the
+   generation was restored from (``_job.json.restored_from``); a ``_metadata.json`` above the head
+   is not on the chain and is skipped.
+
+A job record written before chains existed (``chained`` false) -- or no job record at all -- uses
+the older rule: the newest eligible candidate wins. ``LATEST`` is only a hint either way: when it
+is missing, stale or corrupt, the rule above gives the answer.
 """
 
 from __future__ import annotations
@@ -26,7 +35,7 @@ from state_store.core.codec import ManifestError, sha256_hex
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, JobRecord, LatestPointer, StateHandle
 from state_store.core.parallel import map_ordered
-from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.core.ports import ObjectAlreadyExists, ObjectNotFound, ObjectStore, VersionMismatch
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +59,19 @@ class CompletedCheckpoint:
 
 class CheckpointVerificationError(Exception):
     """A completed checkpoint whose files do not match its metadata."""
+
+
+class ChainHeadError(CheckpointVerificationError):
+    """The job's chain head (its latest completed checkpoint) cannot be used; recovery stops.
+
+    ``checkpoint_id`` is the head, ``key`` the file that failed, ``base`` the checkpoint the head
+    continued (None if unknown)."""
+
+    def __init__(self, message: str, checkpoint_id: int, key: str, base: int | None = None) -> None:
+        super().__init__(message)
+        self.checkpoint_id = checkpoint_id
+        self.key = key
+        self.base = base
 
 
 LIST_MIN_HANDLES = 16
@@ -152,6 +174,47 @@ def load_completed(
     return CompletedCheckpoint(metadata, key, sha256_hex(raw.data))
 
 
+_POINTER_CAS_RETRIES = 16
+
+
+def move_latest_pointer(
+    store: ObjectStore, layout: JobLayout, completed: CompletedCheckpoint, now_ms: int
+) -> None:
+    """CAS ``LATEST`` to ``completed`` unless it already names a newer checkpoint (or a newer
+    generation): the pointer never moves backwards. A corrupt pointer is replaced."""
+    pointer = LatestPointer(
+        completed.checkpoint_id,
+        completed.generation,
+        completed.metadata_key,
+        completed.metadata_sha256,
+        now_ms,
+    )
+    data = documents.encode(pointer)
+    for _ in range(_POINTER_CAS_RETRIES):
+        current: LatestPointer | None
+        try:
+            current, raw = documents.read_versioned(store, layout.latest, LatestPointer)
+        except ObjectNotFound:
+            try:
+                store.put_if_absent(layout.latest, data)
+                return
+            except ObjectAlreadyExists:
+                continue
+        except ManifestError:
+            raw = store.get(layout.latest)
+            current = None
+        if current is not None and (
+            current.checkpoint_id >= completed.checkpoint_id or current.generation > completed.generation
+        ):
+            return
+        try:
+            store.put_if_match(layout.latest, data, raw.version)
+            return
+        except VersionMismatch:
+            continue
+    raise RuntimeError(f"job {layout.job_id}: could not move LATEST (constant contention)")
+
+
 def completed_ids(store: ObjectStore, layout: JobLayout) -> list[int]:
     """Ids of every checkpoint with a ``_metadata.json`` (verifying or not), ascending."""
     ids = {
@@ -217,13 +280,31 @@ class CompletedCheckpointStore:
         """Rebuild the queue from storage alone (see the module's recovery rule)."""
         result = cls(max_retained)
         skipped: list[str] = []
-        job = _read_job(store, layout, skipped)
+        job = documents.read_optional(store, layout.job_record, JobRecord)
         pointer = _read_pointer(store, layout, skipped)
         quarantined = quarantined_ids(store, layout)
         eligible: list[CompletedCheckpoint] = []
+        chained = job is not None and job.chained
+        head = job.head.checkpoint_id if job is not None and job.head is not None else None
+        if chained and head is not None:
+            if head in quarantined:
+                raise ChainHeadError(
+                    f"checkpoint {head} of job {layout.job_id} is the latest completed but failed "
+                    f"validation and is quarantined ({layout.quarantined(head)}): resume from an older "
+                    f"checkpoint with `epochal restore --from <id> --force` (it retracts the sink "
+                    "output committed since), or fix the expectations and restore from it with --force",
+                    head,
+                    layout.quarantined(head),
+                    job.head.base if job is not None and job.head is not None else None,
+                )
+            eligible.append(load_head(store, layout, head, deep=deep))
         for checkpoint_id in sorted(completed_ids(store, layout), reverse=True):
             if len(eligible) >= max_retained:
                 break
+            if chained and (head is None or checkpoint_id >= head):
+                if head is None or checkpoint_id > head:
+                    skipped.append(f"checkpoint {checkpoint_id}: not on the job's chain (head {head})")
+                continue
             if checkpoint_id in quarantined:
                 skipped.append(f"checkpoint {checkpoint_id}: quarantined by validation")
                 continue
@@ -255,12 +336,53 @@ def _oldest_first(items: Iterable[CompletedCheckpoint]) -> list[CompletedCheckpo
     return sorted(items, key=lambda c: c.checkpoint_id)
 
 
-def _read_job(store: ObjectStore, layout: JobLayout, skipped: list[str]) -> JobRecord | None:
+def load_head(
+    store: ObjectStore, layout: JobLayout, checkpoint_id: int, *, deep: bool = False
+) -> CompletedCheckpoint:
+    """Load the chain head; ChainHeadError (the file, the reason, the remedy) if it cannot be used."""
+    key = layout.metadata(checkpoint_id)
     try:
-        return documents.read_optional(store, layout.job_record, JobRecord)
-    except ManifestError as exc:
-        skipped.append(f"job record: {exc}")
+        return load_completed(store, layout, checkpoint_id, deep=deep)
+    except ObjectNotFound:
+        if store.head(layout.decision(checkpoint_id)) is None:
+            problem = "was committed but its commit was interrupted before the decision was written"
+        else:
+            problem = "was committed but its commit was interrupted before _metadata.json was written"
+        raise ChainHeadError(
+            f"checkpoint {checkpoint_id} of job {layout.job_id} (the latest completed) {problem}: "
+            "the next `epochal run` or epoch DAG run finishes it (it holds the job's lease)",
+            checkpoint_id,
+            key,
+        ) from None
+    except (ManifestError, CheckpointVerificationError) as exc:
+        base = _base_of(store, layout, checkpoint_id)
+        older = (
+            f"`epochal restore --from {base} --force`" if base else "`epochal restore --from <id> --force`"
+        )
+        raise ChainHeadError(
+            f"checkpoint {checkpoint_id} of job {layout.job_id} is the latest completed but does not "
+            f"verify ({_first_line(exc)}): restore {key} from a backup or replica, or resume from an "
+            f"older checkpoint with {older}, which also retracts the sink output committed since it",
+            checkpoint_id,
+            key,
+            base,
+        ) from None
+
+
+def _base_of(store: ObjectStore, layout: JobLayout, checkpoint_id: int) -> int | None:
+    from state_store.core.manifests import PendingRecord
+
+    try:
+        pending = documents.read(store, layout.pending(checkpoint_id), PendingRecord)
+    except (ObjectNotFound, ManifestError):
         return None
+    base = pending.positions.get("base")
+    return base if isinstance(base, int) and not isinstance(base, bool) else None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).split("; ")[0]
+    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def _read_pointer(store: ObjectStore, layout: JobLayout, skipped: list[str]) -> LatestPointer | None:

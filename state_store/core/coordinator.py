@@ -1,30 +1,39 @@
 """CheckpointCoordinator: trigger, collect acknowledgements, decide, complete (seeds 001, 002).
 
 All protocol state lives in the ObjectStore; the coordinator object is a cache, so any process
-can crash at any step and a new coordinator continues from storage alone. Two coordinators of the
-same job may run at once: every contended step is a create-only write or a compare-and-swap.
+can crash at any step and a new coordinator continues from storage alone. The job's lease
+(``state_store.core.lease``) makes one actor at a time the writer; a coordinator carries that
+actor's fencing token (``lease_token``) and every commit point checks it, so a zombie -- an actor
+whose lease was taken over -- changes nothing. Every contended step is still a create-only write
+or a compare-and-swap, so even two actors without leases can never fork the chain.
 
 trigger(expected, positions)
-  1. pre-checks (skipped for forced triggers such as savepoints, except 1a and 1b):
-     a. coordinator not shut down; b. job not failed (> tolerable consecutive failures);
-     c. fewer than ``max_concurrent_checkpoints`` undecided checkpoints (expired ones are aborted
-        first); d. ``min_pause_ms`` since the last completion; e. all expected tasks can run;
-     f. new input exists.
+  1. pre-checks (``state_store.core.trigger_checks``; forced triggers skip c, d and f);
   2. allocate id n = highest existing id + 1 by create-only write of ``chk-n/_pending.json``
-     (a lost race moves on to n + 1): two coordinators can never own the same id.
+     (a lost race moves on to n + 1): two coordinators can never own the same id. The pending
+     record names the checkpoint's *base* (``positions["base"]``): the chain head its state and
+     source positions continue;
   3. master hooks snapshot external state into the pending record.
 complete(n)
   1. if ``_decision.json`` exists, follow it (roll a COMPLETE forward, report an ABORT);
   2. read the acks of the current attempt; classify each (SUCCESS/DUPLICATE/UNKNOWN/DISCARDED);
-     a decline, the deadline, a size/SHA-256 mismatch, a newer generation or a failing gate
-     decide ABORT;
-  3. fully acknowledged: decide COMPLETE (create-only), write ``_metadata.json`` create-only,
-     move ``LATEST`` by CAS (never backwards), subsume older pending checkpoints.
+     a decline, the deadline, a size/SHA-256 mismatch or a failing gate decide ABORT;
+  3. fully acknowledged: **the commit point** -- one fenced compare-and-swap of the job record
+     that checks the caller's lease token, the generation (FENCED_BY_NEWER_GENERATION) and that
+     the checkpoint's base is still the chain head (BASE_SUPERSEDED), and makes n the head;
+  4. decide COMPLETE (create-only), write ``_metadata.json`` create-only, move ``LATEST`` by CAS
+     (never backwards), subsume older pending checkpoints. A crash anywhere in 4 is rolled forward
+     by the next ``recover()``: the job record holds what the decision needs.
+
+Chain invariant: every completed checkpoint but an imported one (a restore) has as base the
+checkpoint that was the head when it committed, so the completed checkpoints of a generation form
+one chain and no two of them continue the same base.
 """
 
 from __future__ import annotations
 
 import base64
+import dataclasses
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,26 +43,30 @@ from state_store.core import documents, killpoints
 from state_store.core.ack_bundles import AckRead, read_acks
 from state_store.core.codec import ManifestError
 from state_store.core.completed import (
+    ChainHeadError,
     CheckpointVerificationError,
     CompletedCheckpoint,
     CompletedCheckpointStore,
     RecoveryReport,
     load_completed,
+    move_latest_pointer,
     verify_handles,
 )
 from state_store.core.config import CheckpointConfig
-from state_store.core.failures import CheckpointException, CheckpointFailureReason, JobFailedError
+from state_store.core.failures import CheckpointException, CheckpointFailureReason
+from state_store.core.jobrecord import JobRecords
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import (
     AckRecord,
     AttemptRecord,
+    ChainHead,
     CompletedMetadata,
     DecisionRecord,
     DeclineRecord,
     JobRecord,
-    LatestPointer,
     Outcome,
     PendingRecord,
+    QuarantineRecord,
     TaskId,
 )
 from state_store.core.parallel import read_concurrency
@@ -65,14 +78,18 @@ from state_store.core.ports import (
     ObjectAlreadyExists,
     ObjectNotFound,
     ObjectStore,
-    VersionMismatch,
 )
 from state_store.core.properties import CheckpointProperties
+from state_store.core.trigger_checks import TriggerFacts, check_trigger
 
 _ID_RACE_RETRIES = 16
 #: Aborts that say nothing about the job's health (as Flink's CheckpointFailureManager ignores them).
 _NOT_COUNTED = {CheckpointFailureReason.CHECKPOINT_SUBSUMED.name, CheckpointFailureReason.JOB_FAILOVER.name}
 _CAS_RETRIES = 16
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 class MasterHook(Protocol):
@@ -103,6 +120,16 @@ class CompletionResult:
     checkpoint: CompletedCheckpoint | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class RestoreCommit:
+    """Completing an imported snapshot is a restore's commit point: in the same compare-and-swap
+    that makes the import the chain head, the generation is bumped (so an epoch started before
+    the restore can never complete after it) and the effective parallelism is recorded."""
+
+    parallelism: int
+    declared_parallelism: int
+
+
 class CheckpointCoordinator:
     """The coordinator of one job over an ObjectStore (see module docstring for the steps)."""
 
@@ -117,15 +144,20 @@ class CheckpointCoordinator:
         owner: str | None = None,
         master_hooks: Sequence[MasterHook] = (),
         max_parallelism: int = 128,
+        lease_token: int | None = None,
     ) -> None:
         self.store = store
         self.layout = JobLayout(job_id)
+        self.records = JobRecords(store, job_id)
         self.clock = clock
         self.config = config or CheckpointConfig()
         self.kill = kill
         self.owner = owner or uuid.uuid4().hex
         self.master_hooks = tuple(master_hooks)
         self.max_parallelism = max_parallelism
+        #: The caller's fencing token (None: the caller holds no lease; its commits are then
+        #: refused while anybody holds one). See ``state_store.core.lease``.
+        self.lease_token = lease_token
         self._shutdown = False
         #: Reads in flight at once while completing (1 unless the store declares it can do more).
         self._reads = read_concurrency(store, self.config.read_concurrency)
@@ -133,35 +165,39 @@ class CheckpointCoordinator:
     # -- job record and generation ---------------------------------------------------------
     def job(self) -> JobRecord:
         """Read ``_job.json``, creating generation 1 if the job is new."""
-        record = documents.read_optional(self.store, self.layout.job_record, JobRecord)
-        if record is not None:
-            return record
-        fresh = JobRecord(self.layout.job_id, 1, self.max_parallelism, created_ms=self.clock.now_ms())
-        try:
-            documents.create(self.store, self.layout.job_record, fresh)
-        except ObjectAlreadyExists:
-            pass
-        return documents.read(self.store, self.layout.job_record, JobRecord)
+        return self.records.ensure(self.max_parallelism, self.clock.now_ms())
+
+    def fence(self) -> JobRecord:
+        """Prove by compare-and-swap that the caller's lease is still the job's (LeaseLostError
+        otherwise); guards changes that are not themselves a CAS of the job record."""
+        self.job()
+        return self.records.fenced_update(self.lease_token, lambda current: current)
 
     def bump_generation(self, restored_from: int) -> JobRecord:
-        """Start a new generation (on restore): acks and commits of older ones are fenced."""
+        """Start a new generation restored from completed checkpoint ``restored_from``, which
+        becomes the chain head (fenced like every commit point). Acks and commits of older
+        generations are refused from now on."""
         self.job()
-        for _ in range(_CAS_RETRIES):
-            current, raw = documents.read_versioned(self.store, self.layout.job_record, JobRecord)
-            bumped = JobRecord(
-                current.job_id,
-                current.generation + 1,
-                current.max_parallelism,
-                current.fingerprint,
-                current.created_ms,
-                restored_from,
+        head = self._head_of(restored_from)
+
+        def bump(current: JobRecord) -> JobRecord:
+            return dataclasses.replace(
+                current,
+                generation=current.generation + 1,
+                restored_from=restored_from,
+                chained=True,
+                head=head if head is not None else current.head,
             )
-            try:
-                self.store.put_if_match(self.layout.job_record, documents.encode(bumped), raw.version)
-                return bumped
-            except VersionMismatch:
-                continue
-        raise RuntimeError(f"job {self.layout.job_id}: could not bump the generation (constant contention)")
+
+        return self.records.fenced_update(self.lease_token, bump)
+
+    def _head_of(self, checkpoint_id: int) -> ChainHead | None:
+        """The chain-head entry of a checkpoint decided COMPLETE (None if it is not)."""
+        decision = self.decision(checkpoint_id) if checkpoint_id > 0 else None
+        if decision is None or decision.outcome is not Outcome.COMPLETE:
+            return None
+        base = self.pending_record(checkpoint_id).positions.get("base")
+        return ChainHead(checkpoint_id, decision.attempt, decision.decided_ms, _int_or_none(base))
 
     def shutdown(self) -> None:
         self._shutdown = True
@@ -200,8 +236,13 @@ class CheckpointCoordinator:
         return max(attempts, default=0)
 
     def recover(self, *, deep: bool = False) -> tuple[CompletedCheckpointStore, RecoveryReport]:
-        """Roll forward checkpoints decided COMPLETE but not yet written, then rebuild the
-        completed store from storage alone."""
+        """Roll forward what was committed but not yet written -- the chain head's decision and
+        every COMPLETE decision's ``_metadata.json`` -- then rebuild the completed store from
+        storage alone (ChainHeadError if the head does not verify: see ``completed``)."""
+        record = self.records.read()
+        head = record.head if record is not None and record.chained else None
+        if head is not None and self.store.head(self.layout.decision(head.checkpoint_id)) is None:
+            self._decide_complete(head.checkpoint_id, head.attempt, head.completed_ms)
         for checkpoint_id in self.checkpoint_ids():
             decision = self.decision(checkpoint_id)
             decided_complete = decision is not None and decision.outcome is Outcome.COMPLETE
@@ -221,12 +262,49 @@ class CheckpointCoordinator:
             )
         return self.recover()
 
+    def fall_back(self, error: ChainHeadError) -> ChainHead | None:
+        """Make the damaged head's base the chain head again, and quarantine the head.
+
+        Only the caller can know that this is safe -- that none of the head's sink transactions
+        was committed (``spark_jobs`` checks the sinks' commit logs); the core refuses only what it
+        can see is unsafe: a head without a known base that is not the job's first checkpoint (an
+        import of a restore: falling back would drop the restored state). Returns the new head."""
+        record = self.job()
+        head = record.head if record.chained else None
+        if head is None or head.checkpoint_id != error.checkpoint_id:
+            raise error
+        if head.base is None and (record.restored_from or self.checkpoint_ids()[:1] != [head.checkpoint_id]):
+            raise error
+        previous = self._head_of(head.base) if head.base is not None else None
+        if head.base is not None and previous is None:
+            raise error
+
+        def back(current: JobRecord) -> JobRecord:
+            if current.head != head:
+                raise error
+            return dataclasses.replace(current, head=previous)
+
+        self.records.fenced_update(self.lease_token, back)
+        record_key = self.layout.quarantined(head.checkpoint_id)
+        if self.store.head(record_key) is None:
+            documents.create(
+                self.store,
+                record_key,
+                QuarantineRecord(
+                    head.checkpoint_id, f"fell back to {head.base}: {error}", self.clock.now_ms()
+                ),
+            )
+        return previous
+
     def latest_completed(self) -> CompletedCheckpoint | None:
+        """The chain head (read only; ChainHeadError if it does not verify)."""
         completed, _ = CompletedCheckpointStore.recover(self.store, self.layout, 1)
         return completed.latest()
 
     def consecutive_failures(self) -> int:
-        """Checkpoints of the current generation aborted since the newest completed one."""
+        """Checkpoints of the current generation aborted since the newest completed one
+        (aborts that say nothing about the job's health are not counted, as Flink's
+        CheckpointFailureManager ignores them)."""
         generation = self.job().generation
         count = 0
         for checkpoint_id in reversed(self.checkpoint_ids()):
@@ -269,33 +347,30 @@ class CheckpointCoordinator:
                     return existing
         job = self.job()
         failures = self.consecutive_failures()
-        if failures > self.config.tolerable_failures:
-            raise JobFailedError(
-                f"job {job.job_id} failed: {failures} consecutive checkpoint failures exceed "
-                f"tolerable_failures={self.config.tolerable_failures}; fix the cause, then restore "
-                "from the latest checkpoint or a savepoint"
-            )
         now = self.clock.now_ms()
         self.abort_expired()
-        if not props.forced:
-            undecided = self.undecided_ids()
-            if len(undecided) >= self.config.max_concurrent_checkpoints:
-                raise CheckpointException(
-                    CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS,
-                    f"pending: {undecided}, "
-                    f"max_concurrent_checkpoints={self.config.max_concurrent_checkpoints}",
-                )
-            latest = self.latest_completed()
-            if latest is not None and now - latest.metadata.completed_ms < self.config.min_pause_ms:
-                raise CheckpointException(
-                    CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS,
-                    f"{now - latest.metadata.completed_ms} ms since checkpoint {latest.checkpoint_id}, "
-                    f"min_pause_ms={self.config.min_pause_ms}",
-                )
-        if not tasks_ready or not expected:
-            raise CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING)
-        if not has_new_input and not props.forced:
-            raise CheckpointException(CheckpointFailureReason.NO_NEW_INPUT)
+        latest = None if props.forced else self.latest_completed()
+        check_trigger(
+            TriggerFacts(
+                job_id=job.job_id,
+                now_ms=now,
+                forced=props.forced,
+                consecutive_failures=failures,
+                tolerable_failures=self.config.tolerable_failures,
+                undecided=() if props.forced else tuple(self.undecided_ids()),
+                max_concurrent=self.config.max_concurrent_checkpoints,
+                last_completion=None
+                if latest is None
+                else (latest.checkpoint_id, latest.metadata.completed_ms),
+                min_pause_ms=self.config.min_pause_ms,
+                tasks_ready=tasks_ready,
+                has_expected=bool(expected),
+                has_new_input=has_new_input,
+            )
+        )
+        positions = dict(positions or {})
+        if "base" not in positions:  # the chain head this checkpoint continues
+            positions["base"] = job.head.checkpoint_id if job.chained and job.head is not None else None
         checkpoint_id = (max(self.checkpoint_ids(), default=0)) + 1
         for _ in range(_ID_RACE_RETRIES):
             master = self._snapshot_master_hooks(checkpoint_id, now)
@@ -308,7 +383,7 @@ class CheckpointCoordinator:
                 deadline_ms=now + self.config.timeout_ms,
                 properties=props,
                 expected=tuple(sorted(set(expected))),
-                positions=dict(positions or {}),
+                positions=positions,
                 master_states=master,
                 request_id=request_id,
             )
@@ -356,13 +431,21 @@ class CheckpointCoordinator:
 
     # -- abort ---------------------------------------------------------------------------------
     def abort(self, checkpoint_id: int, reason: CheckpointFailureReason, message: str = "") -> DecisionRecord:
-        """Decide ABORT unless a decision exists; return the decision that stands."""
-        record = DecisionRecord(
+        """Decide ABORT unless a decision exists; return the decision that stands.
+
+        Fenced: the caller must hold the lease (LeaseLostError otherwise). The chain head is never
+        aborted: its commit already happened (in the job record), so its COMPLETE decision is
+        written instead and returned."""
+        record = self.fence()
+        head = record.head if record.chained else None
+        if head is not None and head.checkpoint_id == checkpoint_id:
+            return self._decide_complete(checkpoint_id, head.attempt, head.completed_ms)
+        decision = DecisionRecord(
             checkpoint_id, Outcome.ABORT, self.clock.now_ms(), reason=reason.name, message=message
         )
         try:
-            documents.create(self.store, self.layout.decision(checkpoint_id), record)
-            return record
+            documents.create(self.store, self.layout.decision(checkpoint_id), decision)
+            return decision
         except ObjectAlreadyExists:
             return documents.read(self.store, self.layout.decision(checkpoint_id), DecisionRecord)
 
@@ -382,9 +465,23 @@ class CheckpointCoordinator:
                     aborted.append(checkpoint_id)
         return aborted
 
+    def _decide_complete(self, checkpoint_id: int, attempt: int, decided_ms: int) -> DecisionRecord:
+        """Write the COMPLETE decision of a checkpoint whose commit (the job record's CAS) happened;
+        return the decision that stands (an ABORT only if one was written before the commit)."""
+        decision = DecisionRecord(checkpoint_id, Outcome.COMPLETE, decided_ms, attempt=attempt)
+        try:
+            documents.create(self.store, self.layout.decision(checkpoint_id), decision)
+            return decision
+        except ObjectAlreadyExists:
+            return documents.read(self.store, self.layout.decision(checkpoint_id), DecisionRecord)
+
     # -- complete ------------------------------------------------------------------------------
-    def complete(self, checkpoint_id: int, *, gate: Gate | None = None) -> CompletionResult:
-        """Collect acks of checkpoint n and complete or abort it (see module docstring)."""
+    def complete(
+        self, checkpoint_id: int, *, gate: Gate | None = None, restore: RestoreCommit | None = None
+    ) -> CompletionResult:
+        """Collect acks of checkpoint n and complete or abort it (see module docstring).
+
+        ``restore``: n is a restore's import; its commit also bumps the generation."""
         pending = self.pending_record(checkpoint_id)
         decision = self.decision(checkpoint_id)
         if decision is not None:
@@ -443,17 +540,21 @@ class CheckpointCoordinator:
             if failure is not None:
                 return aborted(CheckpointFailureReason.VALIDATION_FAILED, failure)
         self.kill(killpoints.BEFORE_DECISION, checkpoint_id)
-        record = DecisionRecord(checkpoint_id, Outcome.COMPLETE, metadata.completed_ms, attempt=attempt)
-        try:
-            documents.create(self.store, self.layout.decision(checkpoint_id), record)
-        except ObjectAlreadyExists:
-            # Another coordinator decided first: follow its decision from storage (re-read acks).
-            record = documents.read(self.store, self.layout.decision(checkpoint_id), DecisionRecord)
-            result = self._follow(pending, record)
-        else:
-            # Our decision stands: the acks it was made on (create-only documents of this
-            # attempt, already read above) are the ones the metadata is built from.
-            result = self._follow(pending, record, read)
+        committed = self._commit(pending, attempt, metadata.completed_ms, restore)
+        if not isinstance(committed, ChainHead):
+            return aborted(*committed)
+        self.kill(killpoints.AFTER_CHAIN_COMMIT, checkpoint_id)
+        stands = self._decide_complete(checkpoint_id, committed.attempt, committed.completed_ms)
+        if stands.outcome is Outcome.ABORT:
+            # An ABORT was written between our commit and our decision (a zombie's, fenced only
+            # by a check): the decision stands, so the chain goes back to where it was.
+            self._uncommit(checkpoint_id, pending)
+            return aborted(CheckpointFailureReason[stands.reason], stands.message)
+        # Our decision stands: the acks it was made on (create-only documents of this attempt,
+        # already read above) are the ones the metadata is built from (an equal decision of a
+        # racing try of the same commit is followed from storage: it may have another attempt).
+        ours = stands.attempt == attempt and stands.decided_ms == metadata.completed_ms
+        result = self._follow(pending, stands, read if ours else None)
         return CompletionResult(
             result.checkpoint_id,
             result.status,
@@ -464,6 +565,74 @@ class CheckpointCoordinator:
             results,
             result.checkpoint,
         )
+
+    def _commit(
+        self, pending: PendingRecord, attempt: int, completed_ms: int, restore: RestoreCommit | None
+    ) -> ChainHead | tuple[CheckpointFailureReason, str]:
+        """The commit point (module docstring, step 3): one fenced CAS of the job record.
+
+        Returns the chain entry that stands for n (ours, or an earlier try's of this very commit:
+        its attempt and time are then the decision's), or the abort reason when the chain refuses
+        n. Raises LeaseLostError when the caller is not the lease holder any more (then nothing at
+        all is written: a zombie must not even abort, the holder may be retrying n). A savepoint
+        commits nothing to the chain but is fenced the same way."""
+        checkpoint_id = pending.checkpoint_id
+        base = _int_or_none(pending.positions.get("base"))
+        ours = ChainHead(checkpoint_id, attempt, completed_ms, None if restore else base)
+        outcome: list[ChainHead | tuple[CheckpointFailureReason, str]] = []
+
+        def commit(current: JobRecord) -> JobRecord:
+            outcome[:] = [ours]
+            if current.chained and current.head is not None and current.head.checkpoint_id == checkpoint_id:
+                outcome[:] = [current.head]
+                return current  # committed already (an earlier try of this very commit)
+            if current.generation != pending.generation:
+                outcome[:] = [
+                    (
+                        CheckpointFailureReason.FENCED_BY_NEWER_GENERATION,
+                        f"triggered in generation {pending.generation}, job is at {current.generation}",
+                    )
+                ]
+                return current
+            if pending.properties.savepoint:
+                return current
+            head = current.head.checkpoint_id if current.chained and current.head is not None else None
+            if restore is None and current.chained and head != base:
+                outcome[:] = [
+                    (
+                        CheckpointFailureReason.BASE_SUPERSEDED,
+                        f"checkpoint {checkpoint_id} continues checkpoint {base}, but the job's latest "
+                        f"completed checkpoint is now {head}: another run completed first; nothing "
+                        "of this epoch is committed",
+                    )
+                ]
+                return current
+            if restore is None:
+                return dataclasses.replace(current, chained=True, head=ours)
+            return dataclasses.replace(
+                current,
+                generation=current.generation + 1,
+                restored_from=checkpoint_id,
+                chained=True,
+                head=ours,
+                parallelism=restore.parallelism,
+                declared_parallelism=restore.declared_parallelism,
+            )
+
+        self.records.fenced_update(self.lease_token, commit)
+        return outcome[0]
+
+    def _uncommit(self, checkpoint_id: int, pending: PendingRecord) -> None:
+        """Undo our own commit of n when its decision lost to an ABORT (see ``complete``)."""
+        base = _int_or_none(pending.positions.get("base"))
+        previous = self._head_of(base) if base is not None else None
+
+        def undo(current: JobRecord) -> JobRecord:
+            if current.head is None or current.head.checkpoint_id != checkpoint_id:
+                return current
+            return dataclasses.replace(current, head=previous)
+
+        self.records.fenced_update(self.lease_token, undo)
 
     def _collect_acks(self, checkpoint: PendingCheckpoint) -> dict[str, str]:
         return self._classify(checkpoint, self._read_acks(checkpoint.checkpoint_id))
@@ -531,36 +700,7 @@ class CheckpointCoordinator:
 
     def _move_pointer(self, completed: CompletedCheckpoint) -> None:
         """CAS ``LATEST`` to ``completed`` unless it already points at a newer checkpoint."""
-        pointer = LatestPointer(
-            completed.checkpoint_id,
-            completed.generation,
-            completed.metadata_key,
-            completed.metadata_sha256,
-            self.clock.now_ms(),
-        )
-        data = documents.encode(pointer)
-        for _ in range(_CAS_RETRIES):
-            try:
-                current, raw = documents.read_versioned(self.store, self.layout.latest, LatestPointer)
-            except ObjectNotFound:
-                try:
-                    self.store.put_if_absent(self.layout.latest, data)
-                    return
-                except ObjectAlreadyExists:
-                    continue
-            except ManifestError:
-                raw = self.store.get(self.layout.latest)
-                current = None
-            if current is not None and (
-                current.checkpoint_id >= completed.checkpoint_id or current.generation > completed.generation
-            ):
-                return
-            try:
-                self.store.put_if_match(self.layout.latest, data, raw.version)
-                return
-            except VersionMismatch:
-                continue
-        raise RuntimeError(f"job {self.layout.job_id}: could not move LATEST (constant contention)")
+        move_latest_pointer(self.store, self.layout, completed, self.clock.now_ms())
 
     def _subsume_older(self, checkpoint_id: int) -> None:
         for older in self.undecided_ids():
@@ -593,4 +733,5 @@ __all__ = [
     "CompletionResult",
     "Gate",
     "MasterHook",
+    "RestoreCommit",
 ]

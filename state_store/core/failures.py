@@ -28,6 +28,10 @@ class CheckpointFailureReason(enum.Enum):
     CHECKSUM_MISMATCH = ("a state file does not match the size or SHA-256 in its ack", False)
     VALIDATION_FAILED = ("state validation (Great Expectations gate) failed", False)
     FENCED_BY_NEWER_GENERATION = ("the job was restored since this checkpoint was triggered", False)
+    BASE_SUPERSEDED = (
+        "another checkpoint completed from the same base first (two actors ran epochs at once)",
+        False,
+    )
     FINALIZE_FAILED = ("writing the checkpoint metadata failed", False)
     MANUALLY_ABORTED = ("aborted by an operator", False)
     JOB_FAILOVER = ("the job restarted (failover) while the checkpoint was in flight", False)

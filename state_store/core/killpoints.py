@@ -9,6 +9,7 @@ AFTER_STATE_UPLOAD = "after_state_upload"  # task: state files written, no ack y
 BEFORE_ACK = "before_ack"  # task: about to write its ack
 AFTER_ACK = "after_ack"  # task: ack written
 BEFORE_DECISION = "before_decision"  # complete: all acks verified, nothing decided
+AFTER_CHAIN_COMMIT = "after_chain_commit"  # complete: the job record names n as chain head, no decision
 BEFORE_METADATA = "before_metadata"  # complete: COMPLETE decided, _metadata.json not written
 AFTER_METADATA = "after_metadata"  # complete: _metadata.json written, LATEST not moved
 AFTER_POINTER = "after_pointer"  # complete: LATEST moved, older pending not yet subsumed
@@ -22,6 +23,7 @@ ALL = (
     BEFORE_ACK,
     AFTER_ACK,
     BEFORE_DECISION,
+    AFTER_CHAIN_COMMIT,
     BEFORE_METADATA,
     AFTER_METADATA,
     AFTER_POINTER,

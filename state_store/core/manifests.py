@@ -44,9 +44,51 @@ class StateHandle:
 
 
 @dataclass(frozen=True, slots=True)
+class Lease:
+    """The one actor allowed to change a job right now (``state_store.core.lease``).
+
+    ``token`` is the fencing token: it grows with every new holder (and every re-acquisition), and
+    every commit point compares it with the job record's, so a holder that lost its lease (a
+    zombie) can change nothing. ``expires_ms`` moves forward with each heartbeat; past it, another
+    actor may take the lease over."""
+
+    holder: str
+    token: int
+    command: str
+    acquired_ms: int
+    renewed_ms: int
+    expires_ms: int
+
+
+@dataclass(frozen=True, slots=True)
+class ChainHead:
+    """The newest completed checkpoint of the job's chain: what the next epoch continues from.
+
+    Set by the fenced compare-and-swap that commits a checkpoint (the commit point); ``attempt``
+    and ``completed_ms`` are what a crashed committer's successor needs to write the COMPLETE
+    decision and byte-identical ``_metadata.json`` (roll forward). ``base`` is the checkpoint this
+    one continued (None: imported by a restore)."""
+
+    checkpoint_id: int
+    attempt: int
+    completed_ms: int
+    base: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
-    """``_job.json``: the generation (bumped by every restore, fences zombies) and what it was
-    restored from (0: never restored)."""
+    """``_job.json``: the job's single point of linearization (create-only, then CAS only).
+
+    * ``generation`` -- bumped by every restore (at its commit point); fences zombie acks/commits;
+      ``restored_from`` -- the checkpoint the generation was restored from (0: never restored).
+    * ``fencing_token`` -- the highest token ever issued; ``lease`` -- the current holder (None: free).
+    * ``chained`` -- True when ``head`` is authoritative (records written before chains existed
+      have False: recovery then uses the newest verifying ``_metadata.json``).
+    * ``head`` -- the chain head (None: no completed checkpoint in this generation's chain).
+    * ``parallelism`` -- the effective parallelism (0: the job definition's); ``declared_parallelism``
+      -- the job definition's parallelism when ``parallelism`` was recorded, so a definition that
+      changed since is recognised as a rescale.
+    """
 
     job_id: str
     generation: int
@@ -54,6 +96,12 @@ class JobRecord:
     fingerprint: str = ""
     created_ms: int = 0
     restored_from: int = 0
+    fencing_token: int = 0
+    lease: Lease | None = None
+    chained: bool = False
+    head: ChainHead | None = None
+    parallelism: int = 0
+    declared_parallelism: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,8 @@ from state_store.core import (
 from state_store.testing import KillAt, SimulatedCrash
 from tests.unit.core.helpers import TASKS, make_job
 
+CONFIG_CONCURRENT = CheckpointConfig(max_concurrent_checkpoints=5, timeout_ms=60_000)
+
 
 def latest_id(job) -> int | None:  # type: ignore[no-untyped-def]
     pointer = documents.read_optional(job.store, job.coordinator.layout.latest, LatestPointer)
@@ -287,8 +289,11 @@ def test_restore_bumps_generation_and_fences_the_old_generations_checkpoint() ->
     assert job.coordinator.latest_completed().checkpoint_id == first  # type: ignore[union-attr]
 
 
-def test_latest_never_moves_backwards_when_an_older_checkpoint_completes_late() -> None:
-    job = make_job(CheckpointConfig(max_concurrent_checkpoints=5, timeout_ms=60_000))
+def test_two_checkpoints_from_one_base_never_both_complete_and_latest_never_moves_back() -> None:
+    """Concurrent checkpoints of one base (two actors, or max_concurrent_checkpoints > 1): the
+    first to commit wins, the other aborts BASE_SUPERSEDED -- also when the winner's commit was
+    interrupted after the chain moved (it is rolled forward, never undone)."""
+    job = make_job(CONFIG_CONCURRENT)
     older = job.coordinator.trigger(list(TASKS)).checkpoint_id
     newer = job.coordinator.trigger(list(TASKS)).checkpoint_id
     for n in (older, newer):
@@ -296,11 +301,28 @@ def test_latest_never_moves_backwards_when_an_older_checkpoint_completes_late() 
         job.ack_all(n)
     stalled = job.new_coordinator(kill=KillAt("before_metadata", older))
     with pytest.raises(SimulatedCrash):
-        stalled.complete(older)  # decided COMPLETE, metadata not yet written
-    assert job.coordinator.complete(newer).status == "completed"
-    assert latest_id(job) == newer
-    assert job.coordinator.complete(older).status == "completed"  # rolled forward late
-    assert latest_id(job) == newer
+        stalled.complete(older)  # committed and decided COMPLETE, metadata not yet written
+    lost = job.coordinator.complete(newer)
+    assert (lost.status, lost.reason) == ("aborted", CheckpointFailureReason.BASE_SUPERSEDED)
+    assert (
+        f"continues checkpoint None, but the job's latest completed checkpoint is now {older}" in lost.message
+    )
+    assert job.coordinator.complete(older).status == "completed"  # rolled forward
+    assert latest_id(job) == older
+
+
+def test_a_checkpoint_whose_base_is_still_the_head_completes_after_a_lost_race() -> None:
+    job = make_job(CONFIG_CONCURRENT)
+    first = job.cycle()
+    winner = job.new_coordinator().trigger(list(TASKS)).checkpoint_id  # base: first
+    rival = job.coordinator.trigger(list(TASKS)).checkpoint_id  # base: first too (not subsumable)
+    for n in (rival, winner):
+        job.coordinator.start_attempt(n)
+        job.ack_all(n)
+    assert job.coordinator.complete(winner).status == "completed"
+    assert job.coordinator.complete(rival).reason is CheckpointFailureReason.BASE_SUPERSEDED
+    assert job.cycle() == rival + 1 and latest_id(job) == rival + 1
+    assert job.coordinator.pending_record(rival + 1).positions["base"] == winner != first
 
 
 def test_master_hook_state_is_snapshotted_and_restored() -> None:

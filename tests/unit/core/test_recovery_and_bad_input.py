@@ -8,6 +8,7 @@ import json
 import pytest
 
 from state_store.core import (
+    ChainHeadError,
     CheckpointVerificationError,
     CompletedCheckpointStore,
     InvalidNameError,
@@ -66,15 +67,20 @@ def test_recovery_with_corrupt_latest_ignores_it_and_says_so() -> None:
     assert any("LATEST pointer ignored" in s and "not valid JSON" in s for s in report.skipped)
 
 
-def test_recovery_skips_a_checkpoint_with_a_missing_state_file() -> None:
+def test_a_head_with_a_missing_state_file_stops_recovery_until_an_explicit_fall_back() -> None:
     job = make_job()
     first = job.cycle()
     second = job.cycle()
     meta = load_completed(job.store, job.coordinator.layout, second).metadata
     job.store.delete(meta.handles[0].key)
+    with pytest.raises(ChainHeadError, match=rf"checkpoint {second} .* latest completed .* missing") as err:
+        recover(job)
+    assert err.value.checkpoint_id == second and err.value.base == first
+    assert f"--from {first} --force" in str(err.value)
+    assert job.coordinator.fall_back(err.value) is not None  # the caller checked the sinks
     report = recover(job)
     assert report.chosen == first
-    assert any(f"checkpoint {second}" in s and "missing" in s for s in report.skipped)
+    assert job.store.head(job.coordinator.layout.quarantined(second)) is not None
 
 
 def test_deep_verification_catches_a_bit_flip_in_a_state_file() -> None:
@@ -92,13 +98,28 @@ def test_deep_verification_catches_a_bit_flip_in_a_state_file() -> None:
         load_completed(job.store, layout, n, deep=True)
 
 
-def test_quarantined_checkpoint_is_never_chosen() -> None:
+def test_a_quarantined_head_is_refused_and_an_older_one_never_chosen_silently() -> None:
     job = make_job()
     first = job.cycle()
     second = job.cycle()
     layout = job.coordinator.layout
     documents.create(job.store, layout.quarantined(second), QuarantineRecord(second, "GE audit failed", 0))
+    with pytest.raises(ChainHeadError, match=rf"checkpoint {second} .* quarantined"):
+        recover(job)
+    third = job.cycle  # a new epoch cannot start either: its trigger reads the head
+    with pytest.raises(ChainHeadError):
+        third()
+    job.coordinator.fall_back(ChainHeadError("", second, layout.quarantined(second), first))
     assert recover(job).chosen == first
+
+
+def test_a_quarantined_older_checkpoint_is_never_chosen() -> None:
+    job = make_job()
+    first, second, third = job.cycle(), job.cycle(), job.cycle()
+    layout = job.coordinator.layout
+    documents.create(job.store, layout.quarantined(second), QuarantineRecord(second, "GE audit failed", 0))
+    completed, report = CompletedCheckpointStore.recover(job.store, layout, 3)
+    assert report.chosen == third and [c.checkpoint_id for c in completed] == [third, first]
 
 
 @pytest.mark.parametrize(
@@ -120,7 +141,9 @@ def test_corrupt_metadata_is_refused_naming_the_object_and_remedy(mutate, messag
     with pytest.raises(ManifestError, match=message) as err:
         load_completed(job.store, job.coordinator.layout, n)
     assert key in str(err.value) and "restore from" in str(err.value)
-    assert recover(job).chosen is None
+    with pytest.raises(ChainHeadError, match=rf"checkpoint {n} .* does not verify") as refused:
+        recover(job)  # refused, not skipped: nothing older is chosen silently
+    assert key in str(refused.value)
     assert snapshot(job.store) == before
 
 

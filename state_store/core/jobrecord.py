@@ -1,0 +1,97 @@
+"""The job record ``_job.json``: created once, then changed only by compare-and-swap.
+
+It is the job's single point of linearization (Flink keeps the same facts in its HA store): the
+generation, the lease and its fencing token, the chain head and the effective parallelism live in
+one document, so one CAS can check a holder's token and move the chain at the same instant.
+
+Every change goes through :meth:`JobRecords.update` (read, compute, CAS, retry on a lost race);
+every change made on behalf of a lease holder goes through :meth:`JobRecords.fenced_update`, which
+refuses -- with :class:`state_store.core.lease.LeaseLostError` -- when the record's lease no longer
+carries the caller's token. Because the check and the write are one CAS, a holder whose lease was
+broken or taken over between its check and its write cannot slip a change in.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from state_store.core import documents
+from state_store.core.layout import JobLayout
+from state_store.core.lease import check_token
+from state_store.core.manifests import JobRecord
+from state_store.core.ports import ObjectAlreadyExists, ObjectNotFound, ObjectStore, VersionMismatch
+
+CAS_RETRIES = 64
+
+
+class JobRecordContention(RuntimeError):
+    """The job record kept changing under a compare-and-swap (``CAS_RETRIES`` lost races)."""
+
+
+Mutation = Callable[[JobRecord], JobRecord]
+
+
+class JobRecords:
+    """Reads and compare-and-swaps one job's ``_job.json``."""
+
+    def __init__(self, store: ObjectStore, job_id: str) -> None:
+        self.store = store
+        self.layout = JobLayout(job_id)
+
+    @property
+    def job_id(self) -> str:
+        return self.layout.job_id
+
+    def read(self) -> JobRecord | None:
+        """The record, or None for a job that never ran (ManifestError if it is damaged)."""
+        return documents.read_optional(self.store, self.layout.job_record, JobRecord)
+
+    def ensure(self, max_parallelism: int, now_ms: int) -> JobRecord:
+        """The record, created (generation 1, chained, no head) if the job is new."""
+        record = self.read()
+        if record is not None:
+            return record
+        fresh = JobRecord(self.job_id, 1, max_parallelism, created_ms=now_ms, chained=True)
+        try:
+            documents.create(self.store, self.layout.job_record, fresh)
+        except ObjectAlreadyExists:
+            pass
+        return documents.read(self.store, self.layout.job_record, JobRecord)
+
+    def update(self, mutate: Mutation) -> JobRecord:
+        """Apply ``mutate`` to the current record by CAS, re-reading after every lost race.
+
+        ``mutate`` may raise to refuse the change (nothing is written); returning the record
+        unchanged still writes it back, which proves by CAS that nobody changed it in between."""
+        for _ in range(CAS_RETRIES):
+            try:
+                current, raw = documents.read_versioned(self.store, self.layout.job_record, JobRecord)
+            except ObjectNotFound:
+                raise ObjectNotFound(
+                    f"job {self.job_id} has no job record ({self.layout.job_record}) in "
+                    f"{self.store.uri}: it never ran here; check --job and --store"
+                ) from None
+            updated = mutate(current)
+            try:
+                self.store.put_if_match(self.layout.job_record, documents.encode(updated), raw.version)
+                return updated
+            except VersionMismatch:
+                continue
+        raise JobRecordContention(
+            f"job {self.job_id}: the job record kept changing under {CAS_RETRIES} compare-and-swaps; "
+            "another actor is writing it in a loop: stop it and retry"
+        )
+
+    def fenced_update(self, token: int | None, mutate: Mutation) -> JobRecord:
+        """:meth:`update`, refused unless the caller's lease is still the record's (see module
+        docstring). ``token=None``: the caller holds no lease, and the change is refused while
+        anybody holds one (tests and tools that act on an idle job)."""
+
+        def fenced(current: JobRecord) -> JobRecord:
+            check_token(current, token)
+            return mutate(current)
+
+        return self.update(fenced)
+
+
+__all__ = ["CAS_RETRIES", "JobRecordContention", "JobRecords", "Mutation"]

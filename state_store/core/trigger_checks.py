@@ -1,0 +1,75 @@
+"""Trigger pre-checks (Flink's ``CheckpointRequestDecider``): pure decisions over plain facts.
+
+The coordinator gathers the facts from storage and the clock; this module only decides, in the
+order of seed 002's ``startTriggeringCheckpoint`` pre-checks, and raises
+:class:`CheckpointException` (or :class:`JobFailedError`) with the reason of the first refusal.
+A *forced* trigger (savepoints, manual checkpoints) skips c, d and f; nothing skips a, b and e.
+
+a. the coordinator is not shut down;
+b. the job has not failed (at most ``tolerable_failures`` consecutive failed checkpoints);
+c. fewer than ``max_concurrent_checkpoints`` undecided checkpoints;
+d. at least ``min_pause_ms`` since the last completion;
+e. every task that must acknowledge can run;
+f. there is new input.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from state_store.core.failures import CheckpointException, CheckpointFailureReason, JobFailedError
+
+
+@dataclass(frozen=True, slots=True)
+class TriggerFacts:
+    """What the pre-checks look at (gathered by the coordinator)."""
+
+    job_id: str
+    now_ms: int
+    forced: bool
+    shutdown: bool = False
+    consecutive_failures: int = 0
+    tolerable_failures: int = 3
+    undecided: tuple[int, ...] = ()
+    max_concurrent: int = 1
+    last_completion: tuple[int, int] | None = None  # (checkpoint id, completed_ms)
+    min_pause_ms: int = 0
+    tasks_ready: bool = True
+    has_expected: bool = True
+    has_new_input: bool = True
+
+
+def check_trigger(facts: TriggerFacts) -> None:
+    """Raise for the first failing pre-check (see module docstring); return if all pass."""
+    if facts.shutdown:
+        raise CheckpointException(CheckpointFailureReason.COORDINATOR_SHUTDOWN)
+    if facts.consecutive_failures > facts.tolerable_failures:
+        raise JobFailedError(
+            f"job {facts.job_id} failed: {facts.consecutive_failures} consecutive checkpoint failures "
+            f"exceed tolerable_failures={facts.tolerable_failures}; fix the cause, then restore from "
+            "the latest checkpoint or a savepoint"
+        )
+    if not facts.forced:
+        if len(facts.undecided) >= facts.max_concurrent:
+            raise CheckpointException(
+                CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS,
+                f"pending: {list(facts.undecided)}, max_concurrent_checkpoints={facts.max_concurrent}",
+            )
+        if facts.last_completion is not None:
+            checkpoint_id, completed_ms = facts.last_completion
+            elapsed = facts.now_ms - completed_ms
+            if elapsed < facts.min_pause_ms:
+                detail = (
+                    f"{elapsed} ms since checkpoint {checkpoint_id}, min_pause_ms={facts.min_pause_ms}"
+                    if elapsed >= 0
+                    else f"the clock ({facts.now_ms}) is {-elapsed} ms behind the completion of checkpoint "
+                    f"{checkpoint_id} ({completed_ms}): run with the clock the job was run with"
+                )
+                raise CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, detail)
+    if not facts.tasks_ready or not facts.has_expected:
+        raise CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING)
+    if not facts.has_new_input and not facts.forced:
+        raise CheckpointException(CheckpointFailureReason.NO_NEW_INPUT)
+
+
+__all__ = ["TriggerFacts", "check_trigger"]
