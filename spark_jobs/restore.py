@@ -1,17 +1,24 @@
 """Restore a job from a checkpoint or a savepoint (Flink's ``-s`` with uid mapping and rescaling).
 
-Steps (nothing is written before step 3, so a refused or dry-run restore changes nothing):
+Steps (nothing is written before step 3, so a refused or dry-run restore changes nothing; the
+caller holds the job's lease for steps 3-6):
 
 1. read and verify the snapshot (a completed checkpoint of this job, or a savepoint folder at any
    location -- refused if it belongs to another job, unless ``allow_foreign``);
 2. plan (pure, ``state_store.core.restore_plan``): uid matches and renames, new operators,
    dropped state (refused unless ``allow_non_restored_state``), parallelism change, state kind and
-   schema compatibility; ``dry_run`` stops here and returns the plan;
+   schema compatibility; ``dry_run`` stops here and returns the plan. A job whose latest
+   checkpoint does not verify is refused here too, unless ``force`` (then step 5 retracts);
 3. abort in-flight checkpoints (failover), then *import* the snapshot as a new completed
    checkpoint n of the job: every kept operator's key groups re-split for the new parallelism,
-   timers per key group, source positions and watermark state; n becomes LATEST;
-4. start a new generation restored from n (zombies of the old one are fenced; sinks are fenced too);
-5. NO_CLAIM (default) pins a restored checkpoint of this job so retention never deletes it; CLAIM
+   timers per key group, source positions and watermark state;
+4. **commit** n: one fenced compare-and-swap of the job record makes n the chain head, starts a
+   new generation restored from n (an epoch triggered before it can never complete after it;
+   zombies of the old generation are fenced; sinks are fenced too) and records the parallelism,
+   which sticks for the epochs after it;
+5. a forced restore past a damaged latest checkpoint retracts the sink output committed after the
+   restored checkpoint, so reprocessing replaces it instead of doubling it;
+6. NO_CLAIM (default) pins a restored checkpoint of this job so retention never deletes it; CLAIM
    lets the job own it. A savepoint's folder is never modified or deleted either way.
 """
 
@@ -28,13 +35,16 @@ from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
 from spark_jobs.api.windows import EventTimeSessionWindows
 from spark_jobs.runtime import plan as topo
-from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs, stopped_marker
+from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs
 from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
 from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
-from state_store.core.codec import canonical_json
+from state_store.core import documents
+from state_store.core.completed import ChainHeadError
+from state_store.core.coordinator import RestoreCommit
+from state_store.core.failures import CheckpointFailureReason
 from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
-from state_store.core.manifests import AckRecord, StateHandle, TaskId
+from state_store.core.manifests import AckRecord, PinRecord, StateHandle, TaskId
 from state_store.core.ports import Clock, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
@@ -105,13 +115,34 @@ def load_snapshot(job: Job, store: ObjectStore, store_uri: str, source: str, clo
     return read_savepoint(source)
 
 
+def damaged_head(job: Job, store: ObjectStore, clock: Clock) -> ChainHeadError | None:
+    """Why the job's latest completed checkpoint cannot be used (None: it verifies)."""
+    try:
+        coordinator_for(job, store, clock).latest_completed()
+    except ChainHeadError as exc:
+        return exc
+    return None
+
+
 def import_snapshot(
-    job: Job, store: ObjectStore, clock: Clock, snapshot: Snapshot, request: RestoreRequest, request_id: str
+    job: Job,
+    store: ObjectStore,
+    clock: Clock,
+    snapshot: Snapshot,
+    request: RestoreRequest,
+    request_id: str,
+    *,
+    declared_parallelism: int | None = None,
+    lease_token: int | None = None,
+    retract_after: int | None = None,
 ) -> int:
-    """Steps 3-5 of the module docstring; returns the id of the imported checkpoint."""
-    coordinator = coordinator_for(job, store, clock)
+    """Steps 3-6 of the module docstring; returns the id of the imported checkpoint.
+
+    ``declared_parallelism``: the job definition's parallelism (``job`` may be rescaled);
+    ``retract_after``: withdraw the sinks' commits above this checkpoint (step 5)."""
+    coordinator = coordinator_for(job, store, clock, lease_token=lease_token)
     responder = TaskCheckpointResponder(store, job.job_id)
-    coordinator.failover()
+    coordinator.abort_undecided(CheckpointFailureReason.JOB_FAILOVER, f"restore {request_id}")
     renamed = {request.uid_map.get(uid, uid): op for uid, op in snapshot.operators.items()}
     ranges = {k: [end, end] for k, end in snapshot.positions.items()}
     acks: list[tuple[TaskId, tuple[StateHandle, ...], dict[str, Any]]] = []
@@ -145,26 +176,37 @@ def import_snapshot(
                 timers = {kg: doms for kg, doms in op.timers.items() if kg in owned}
                 snap = {STATE_FILES: files, "timers": _timers_to_json(timers), "extra": {}}
                 acks.append((TaskId(step.uid, subtask), tuple(written), snap))
+    declared = declared_parallelism if declared_parallelism is not None else job.parallelism
     expected = [task for task, _, _ in acks] or expected_tasks(job)
     pending = coordinator.trigger(
         expected,
         properties=CheckpointProperties.forced_checkpoint(),
         positions={"ranges": ranges, "base": None, "restored_from": snapshot.location},
         request_id=request_id,
+        parallelism=job.parallelism,
+        declared_parallelism=declared,
     )
     n = pending.checkpoint_id
     attempt = coordinator.start_attempt(n).attempt
     for task, handles, snap in acks:
         responder.acknowledge(AckRecord(n, task, pending.generation, attempt, handles, snapshot=snap))
-    result = coordinator.complete(n)
+    result = coordinator.complete(n, restore=RestoreCommit(job.parallelism, declared))
     if result.status != "completed":
         raise SnapshotError(
             f"importing the snapshot as checkpoint {n} failed: {result.status} {result.message}"
         )
-    job_record = coordinator.bump_generation(restored_from=n)
-    store.delete(stopped_marker(job.job_id))  # a stopped job resumes after a restore
+    job_record = coordinator.job()  # the commit started the new generation
+    coordinator.fence()
+    store.delete(JobLayout(job.job_id).stopped)  # a stopped job resumes after a restore
     for uid, spec in sink_specs(job).items():
-        spec.create(store, job.job_id, uid).fence(job_record.generation)
+        sink = spec.create(store, job.job_id, uid)
+        sink.fence(job_record.generation)
+        if retract_after is not None:
+            sink.retract_after(
+                retract_after,
+                job_record.generation,
+                f"restore into checkpoint {n} resumed from checkpoint {retract_after}",
+            )
     if (
         snapshot.kind == "checkpoint"
         and snapshot.checkpoint_id is not None
@@ -176,10 +218,7 @@ def import_snapshot(
 
 def pin(store: ObjectStore, job_id: str, checkpoint_id: int, reason: str) -> None:
     """Keep checkpoint ``checkpoint_id`` from retention (``<job>/pins/<id>.json``)."""
-    store.put(
-        JobLayout(job_id).pin(checkpoint_id),
-        canonical_json({"checkpoint_id": checkpoint_id, "reason": reason}),
-    )
+    store.put(JobLayout(job_id).pin(checkpoint_id), documents.encode(PinRecord(checkpoint_id, reason)))
 
 
 def _kinds(step: Step) -> dict[str, str]:
@@ -246,11 +285,21 @@ def restore(
     *,
     parallelism: int | None = None,
     request_id: str = "",
+    lease_token: int | None = None,
 ) -> RestoreReport:
-    """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring."""
+    """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring.
+    The caller holds the job's lease (``lease_token``) unless this is a dry run."""
     check_location(store_uri, request.source, request)
     store = open_store(store_uri)
+    damaged = damaged_head(job, store, clock)
+    if damaged is not None and (request.source == "latest" or not request.force):
+        raise SnapshotError(
+            str(damaged)
+            if request.source == "latest"
+            else f"{damaged} (pass --force to restore from {request.source} anyway)"
+        )
     snapshot = load_snapshot(job, store, store_uri, request.source, clock)
+    declared = job.parallelism
     if parallelism is not None and parallelism != job.parallelism:
         job = copy.copy(job)
         check_parallelism(job.max_parallelism, parallelism)
@@ -275,5 +324,19 @@ def restore(
                 f"the snapshot at {snapshot.location} fails validation ({result.summary_line()}): "
                 "restore from another snapshot, or pass --force to restore it anyway"
             )
-    n = import_snapshot(job, store, clock, snapshot, request, request_id or f"restore-{clock.now_ms()}")
+    retract_after = None
+    if damaged is not None:  # at least the damaged checkpoint's output: it is reprocessed
+        known = snapshot.checkpoint_id if snapshot.kind == "checkpoint" else None
+        retract_after = known if known is not None else damaged.checkpoint_id - 1
+    n = import_snapshot(
+        job,
+        store,
+        clock,
+        snapshot,
+        request,
+        request_id or f"restore-{clock.now_ms()}",
+        declared_parallelism=declared,
+        lease_token=lease_token,
+        retract_after=retract_after,
+    )
     return RestoreReport(plan, n)

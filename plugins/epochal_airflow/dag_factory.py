@@ -94,9 +94,7 @@ def build_epoch_dag(job_ref: str, settings: EpochalSettings) -> DAG:
         tags=["epochal", job.job_id],
         doc_md=__doc__,
     ) as dag:
-        trigger = TriggerCheckpointOperator(
-            task_id="trigger_checkpoint", **common, **failure_rate, retries=0
-        )
+        trigger = TriggerCheckpointOperator(task_id="trigger_checkpoint", **common, **failure_rate, retries=0)
         run = run_epoch_task(settings, common)
         complete = CompleteCheckpointOperator(task_id="complete_checkpoint", **common, retries=0)
         notify = NotifyCheckpointCompleteOperator(task_id="notify_checkpoint_complete", **common)

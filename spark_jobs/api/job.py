@@ -43,6 +43,10 @@ class Job:
       dicts), checked with the built-in snapshot suite on every validated checkpoint.
     * ``chunk_size`` -- records per Arrow batch read from a source (the unit of vectorized work,
       and of in-flight data in unaligned checkpoints, like Flink's network buffers).
+    * ``rescale_on_change`` -- what the next epoch does when ``parallelism`` differs from the one
+      recorded with the job's running parallelism: ``apply`` (rescale, printing the restore plan)
+      or ``refuse`` (fail with the remedy: a restore with ``--parallelism``). A parallelism set
+      by a restore sticks while the definition is unchanged.
     """
 
     job_id: str
@@ -56,6 +60,7 @@ class Job:
     min_pause_ms: int = 0
     chunk_size: int = 65_536
     expectations: dict[str, list[Any]] = field(default_factory=dict)
+    rescale_on_change: str = "apply"
 
     def __post_init__(self) -> None:
         validate_name("job id", self.job_id)
@@ -66,6 +71,10 @@ class Job:
             value = getattr(self, name, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise JobDefinitionError(f"{name}={value!r} is invalid: use an integer >= 1")
+        if self.rescale_on_change not in ("apply", "refuse"):
+            raise JobDefinitionError(
+                f"rescale_on_change={self.rescale_on_change!r} is invalid: use 'apply' or 'refuse'"
+            )
         self.graph = JobGraph()
         self.checkpoint_config()  # validates the numbers
 

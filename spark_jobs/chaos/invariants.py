@@ -269,7 +269,7 @@ class Checker:
         orphans += [i.key for i in self.store.list(self.layout.shared_prefix) if i.key not in referenced]
         log = CommitLog(self.store, self.job.job_id, self.sink_uid)
         try:
-            committed = {h.key for entry in log.entries() for h in entry.files}
+            committed = {h.key for entry in log.entries(include_retracted=True) for h in entry.files}
         except Exception as exc:
             self.fail(5, f"the sink commit log cannot be read: {exc}")
             return

@@ -5,6 +5,7 @@ Keys (under the job root, see ``JobLayout.sink_txn_dir``)::
     <job>/sinks/<uid>/txn-<n:010d>/<subtask:05d>-g<gen>-a<attempt>-<k>.parquet   staged files
     <job>/sinks/<uid>/_commits/<n:010d>.json      SinkCommitEntry: every file of checkpoint n
     <job>/sinks/<uid>/_fences/g<gen:010d>.json    SinkFence: generations below gen are refused
+    <job>/sinks/<uid>/_retractions/<n:010d>.json  SinkRetraction: checkpoint n's commit is withdrawn
 
 Committing checkpoint n (idempotent; every step may be retried):
 
@@ -16,8 +17,12 @@ Committing checkpoint n (idempotent; every step may be retried):
    deterministic (no clock), so a retry after a lost response rewrites identical bytes and
    succeeds (port rule 2); a racing committer of other files loses and gets SinkCommitConflict.
 
-Invariant: a file is visible iff a verifying commit entry lists it; abort and the orphan sweep
-never delete a listed file.
+Retracting checkpoint n (a restore that resumes before n because n's metadata is lost): a
+create-only ``_retractions/<n>.json``; readers skip retracted commits, so the reprocessed epochs'
+output replaces n's instead of doubling it. The commit entry and its files stay (audit).
+
+Invariant: a file is visible iff a verifying commit entry lists it and no retraction names its
+checkpoint; abort and the orphan sweep never delete a listed file.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from state_store.core.twophase import (
 
 COMMIT_KIND = "sink_commit"
 FENCE_KIND = "sink_fence"
+RETRACTION_KIND = "sink_retraction"
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +72,17 @@ class SinkFence:
     job_id: str
     sink_uid: str
     generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class SinkRetraction:
+    """``_retractions/<n>.json``: checkpoint n's committed output is withdrawn (see module docstring)."""
+
+    job_id: str
+    sink_uid: str
+    checkpoint_id: int
+    generation: int
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +132,13 @@ class SinkLayout:
     def fence(self, generation: int) -> str:
         return f"{self.fences_prefix}g{generation:010d}.json"
 
+    @property
+    def retractions_prefix(self) -> str:
+        return self.root + "_retractions/"
+
+    def retraction(self, checkpoint_id: int) -> str:
+        return f"{self.retractions_prefix}{checkpoint_id:010d}.json"
+
 
 class CommitLog:
     """Reads and appends the commit log of one sink through the ObjectStore port."""
@@ -147,11 +171,22 @@ class CommitLog:
             )
         return entry
 
-    def entries(self, up_to: int | None = None) -> Iterator[SinkCommitEntry]:
-        """Every commit entry in ascending checkpoint id (``<= up_to`` if given)."""
+    def retracted_ids(self) -> frozenset[int]:
+        prefix = self.layout.retractions_prefix
+        ids = (_id_of(info.key[len(prefix) :]) for info in self.store.list(prefix))
+        return frozenset(i for i in ids if i is not None)
+
+    def entries(
+        self, up_to: int | None = None, *, include_retracted: bool = False
+    ) -> Iterator[SinkCommitEntry]:
+        """Every visible commit entry in ascending checkpoint id (``<= up_to`` if given);
+        ``include_retracted``: retracted ones too (their files are kept)."""
+        retracted = frozenset() if include_retracted else self.retracted_ids()
         for checkpoint_id in self.committed_ids():
             if up_to is not None and checkpoint_id > up_to:
                 break
+            if checkpoint_id in retracted:
+                continue
             entry = self.read(checkpoint_id)
             if entry is not None:
                 yield entry
@@ -197,6 +232,19 @@ class CommitLog:
             if raced is None:
                 raise
             return self._same_or_conflict(raced, entry)
+        return True
+
+    def retract(self, checkpoint_id: int, generation: int, reason: str) -> bool:
+        """Withdraw checkpoint n's committed output (idempotent); False if it was not committed."""
+        if self.read(checkpoint_id) is None:
+            return False
+        record = SinkRetraction(self.layout.job_id, self.layout.uid, checkpoint_id, generation, reason)
+        try:
+            self.store.put_if_absent(
+                self.layout.retraction(checkpoint_id), encode_document(RETRACTION_KIND, record)
+            )
+        except ObjectAlreadyExists:
+            pass
         return True
 
     def fence(self, generation: int) -> None:

@@ -65,6 +65,11 @@ class ParquetTransactionalSink(TransactionalSink[Any]):
                 ids = ids[:-1]
         return frozenset(ids)
 
+    def retract_after(self, checkpoint_id: int, generation: int, reason: str) -> tuple[int, ...]:
+        """Withdraw every committed checkpoint above ``checkpoint_id`` (see ``commit_log``)."""
+        ids = [n for n in self.log.committed_ids() if n > checkpoint_id]
+        return tuple(n for n in ids if self.log.retract(n, generation, reason))
+
     def fence(self, generation: int) -> None:
         """On restore into ``generation``: refuse older generations' commits from now on.
 

@@ -37,7 +37,7 @@ def plan_orphan_sweep(
     if grace_ms < 0:
         raise ValueError(f"grace_ms must not be negative, got {grace_ms}")
     log = CommitLog(store, job_id, uid)
-    committed = {h.key for entry in log.entries() for h in entry.files}
+    committed = {h.key for entry in log.entries(include_retracted=True) for h in entry.files}
     protected = tuple(
         log.layout.txn_file_prefix(r.checkpoint_id, r.subtask, r.attempt, r.generation)
         for r in pending

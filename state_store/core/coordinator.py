@@ -256,11 +256,17 @@ class CheckpointCoordinator:
         """The whole job restarts: abort every undecided checkpoint (as Flink does on failover),
         roll forward the decided ones, and recover the completed store. A retry of one epoch's
         run (same checkpoint, new attempt) uses :meth:`start_attempt` instead."""
-        for checkpoint_id in self.undecided_ids():
-            self.abort(
-                checkpoint_id, CheckpointFailureReason.JOB_FAILOVER, f"coordinator {self.owner} restarted"
-            )
+        self.abort_undecided(CheckpointFailureReason.JOB_FAILOVER, f"coordinator {self.owner} restarted")
         return self.recover()
+
+    def abort_undecided(self, reason: CheckpointFailureReason, message: str) -> list[int]:
+        """Abort every undecided checkpoint but the chain head (which is rolled forward);
+        return the ids aborted."""
+        return [
+            checkpoint_id
+            for checkpoint_id in self.undecided_ids()
+            if self.abort(checkpoint_id, reason, message).outcome is Outcome.ABORT
+        ]
 
     def fall_back(self, error: ChainHeadError) -> ChainHead | None:
         """Make the damaged head's base the chain head again, and quarantine the head.
@@ -330,6 +336,8 @@ class CheckpointCoordinator:
         has_new_input: bool = True,
         tasks_ready: bool = True,
         request_id: str = "",
+        parallelism: int = 0,
+        declared_parallelism: int = 0,
     ) -> PendingRecord:
         """Allocate and record checkpoint n (see module docstring); raise CheckpointException
         with a pre-flight reason when refused, JobFailedError when the job has failed.
@@ -357,7 +365,7 @@ class CheckpointCoordinator:
                 forced=props.forced,
                 consecutive_failures=failures,
                 tolerable_failures=self.config.tolerable_failures,
-                undecided=() if props.forced else tuple(self.undecided_ids()),
+                undecided=tuple(self.undecided_ids()),
                 max_concurrent=self.config.max_concurrent_checkpoints,
                 last_completion=None
                 if latest is None
@@ -386,6 +394,8 @@ class CheckpointCoordinator:
                 positions=positions,
                 master_states=master,
                 request_id=request_id,
+                parallelism=parallelism,
+                declared_parallelism=declared_parallelism,
             )
             try:
                 documents.create(self.store, self.layout.pending(checkpoint_id), record)
@@ -608,6 +618,12 @@ class CheckpointCoordinator:
                 ]
                 return current
             if restore is None:
+                if pending.parallelism:
+                    current = dataclasses.replace(
+                        current,
+                        parallelism=pending.parallelism,
+                        declared_parallelism=pending.declared_parallelism,
+                    )
                 return dataclasses.replace(current, chained=True, head=ours)
             return dataclasses.replace(
                 current,

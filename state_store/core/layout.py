@@ -2,7 +2,8 @@
 
 ::
 
-    <job_id>/_job.json
+    <job_id>/_job.json                           generation, lease + fencing token, chain head, parallelism
+    <job_id>/_stopped.json                       stopped with a savepoint (until a restore)
     <job_id>/LATEST
     <job_id>/checkpoints/chk-<n:010d>/_pending.json
                                      /attempts/<a:06d>.json
@@ -11,7 +12,7 @@
                                      /declines/<uid>/<subtask:05d>-g<gen>-a<attempt>.json
                                      /state/<uid>/kg-<first>-<last>.<fmt>
                                      /channel/<uid>/<subtask>.<fmt>
-                                     /_metadata.json      (the commit point, create-only)
+                                     /_metadata.json      (the completed checkpoint, create-only)
                                      /_decision.json      (commit or abort, create-only, once)
                                      /_quarantined.json   (failed audit validation)
     <job_id>/shared/<uid>/<content-hash>.<fmt>
@@ -29,6 +30,11 @@ successor's ack, and with an overwritable one it could replace it.
 An epoch run's driver also writes the acks its tasks wrote as one ``ack-bundles/`` document (not
 in DESIGN): the coordinator then reads one object instead of one per subtask, and an entry counts
 only while the store reports the same version for its ack (``state_store.core.ack_bundles``).
+
+The commit point of a checkpoint is the fenced compare-and-swap of ``_job.json`` that makes it the
+chain head (DESIGN had ``_metadata.json``): only one document can check the writer's lease token
+and the chain in one atomic step (``state_store.core.jobrecord``). ``_decision.json`` and
+``_metadata.json`` follow it and are rolled forward from the job record after a crash.
 
 Completion and abort race for one key, ``_decision.json`` (DESIGN had a separate
 ``_aborted.json``): two coordinators racing on checkpoint n could otherwise write both an abort
@@ -87,6 +93,11 @@ class JobLayout:
     @property
     def job_record(self) -> str:
         return f"{self.job_id}/_job.json"
+
+    @property
+    def stopped(self) -> str:
+        """Present while the job is stopped with a savepoint (``StoppedRecord``)."""
+        return f"{self.job_id}/_stopped.json"
 
     @property
     def latest(self) -> str:

@@ -117,6 +117,11 @@ class PendingRecord:
     positions: dict[str, Any] = field(default_factory=dict)
     master_states: dict[str, Any] = field(default_factory=dict)
     request_id: str = ""
+    parallelism: int = 0
+    """The parallelism the epoch runs at (0: the job definition's); committed into the job record
+    with the checkpoint, so a rescale sticks."""
+    declared_parallelism: int = 0
+    """The job definition's parallelism when the epoch was triggered (see JobRecord)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +246,24 @@ class LatestPointer:
     updated_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class PinRecord:
+    """``pins/<n>.json``: checkpoint n is kept by retention until unpinned."""
+
+    checkpoint_id: int
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class StoppedRecord:
+    """``_stopped.json``: the job was stopped with a savepoint; no epoch runs until a restore."""
+
+    job_id: str
+    savepoint: str
+    location: str
+    stopped_ms: int
+
+
 KINDS: dict[type, str] = {
     JobRecord: "job",
     PendingRecord: "pending",
@@ -252,4 +275,6 @@ KINDS: dict[type, str] = {
     DecisionRecord: "decision",
     QuarantineRecord: "quarantine",
     LatestPointer: "latest",
+    StoppedRecord: "stopped",
+    PinRecord: "pin",
 }

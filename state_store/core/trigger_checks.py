@@ -3,7 +3,10 @@
 The coordinator gathers the facts from storage and the clock; this module only decides, in the
 order of seed 002's ``startTriggeringCheckpoint`` pre-checks, and raises
 :class:`CheckpointException` (or :class:`JobFailedError`) with the reason of the first refusal.
-A *forced* trigger (savepoints, manual checkpoints) skips c, d and f; nothing skips a, b and e.
+A *forced* trigger (savepoints, manual checkpoints) skips d and f; nothing skips a, b, c and e.
+Unlike Flink, c applies to forced triggers too: an epoch restores from the chain head, so two
+undecided checkpoints continue the same base and at most one of them can ever complete (the other
+aborts BASE_SUPERSEDED); starting the second is work that cannot succeed.
 
 a. the coordinator is not shut down;
 b. the job has not failed (at most ``tolerable_failures`` consecutive failed checkpoints);
@@ -49,23 +52,24 @@ def check_trigger(facts: TriggerFacts) -> None:
             f"exceed tolerable_failures={facts.tolerable_failures}; fix the cause, then restore from "
             "the latest checkpoint or a savepoint"
         )
-    if not facts.forced:
-        if len(facts.undecided) >= facts.max_concurrent:
-            raise CheckpointException(
-                CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS,
-                f"pending: {list(facts.undecided)}, max_concurrent_checkpoints={facts.max_concurrent}",
+    if len(facts.undecided) >= facts.max_concurrent:
+        raise CheckpointException(
+            CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS,
+            f"checkpoint(s) {', '.join(map(str, facts.undecided))} of job {facts.job_id} still undecided "
+            f"(max_concurrent_checkpoints={facts.max_concurrent}): let the run that owns them finish, "
+            "or start the next run, which aborts the checkpoints of dead runs",
+        )
+    if not facts.forced and facts.last_completion is not None:
+        checkpoint_id, completed_ms = facts.last_completion
+        elapsed = facts.now_ms - completed_ms
+        if elapsed < facts.min_pause_ms:
+            detail = (
+                f"{elapsed} ms since checkpoint {checkpoint_id}, min_pause_ms={facts.min_pause_ms}"
+                if elapsed >= 0
+                else f"the clock ({facts.now_ms}) is {-elapsed} ms behind the completion of checkpoint "
+                f"{checkpoint_id} ({completed_ms}): run with the clock the job was run with"
             )
-        if facts.last_completion is not None:
-            checkpoint_id, completed_ms = facts.last_completion
-            elapsed = facts.now_ms - completed_ms
-            if elapsed < facts.min_pause_ms:
-                detail = (
-                    f"{elapsed} ms since checkpoint {checkpoint_id}, min_pause_ms={facts.min_pause_ms}"
-                    if elapsed >= 0
-                    else f"the clock ({facts.now_ms}) is {-elapsed} ms behind the completion of checkpoint "
-                    f"{checkpoint_id} ({completed_ms}): run with the clock the job was run with"
-                )
-                raise CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, detail)
+            raise CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, detail)
     if not facts.tasks_ready or not facts.has_expected:
         raise CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING)
     if not facts.has_new_input and not facts.forced:

@@ -47,13 +47,17 @@ def test_trigger_refused_when_max_concurrent_checkpoints_pending() -> None:
     assert job.coordinator.checkpoint_ids() == [1]
 
 
-def test_forced_savepoint_bypasses_max_concurrent_and_min_pause() -> None:
+def test_forced_savepoint_bypasses_min_pause_but_not_an_undecided_checkpoint() -> None:
+    """A forced trigger skips the pause, but not the concurrency limit: both would continue the
+    same base, and only one of them could ever complete (the chain never forks)."""
     job = make_job(CheckpointConfig(min_pause_ms=10_000, timeout_ms=60_000))
     job.cycle()
-    job.clock.advance(10_000)
-    job.coordinator.trigger(list(TASKS))  # now 1 pending = max_concurrent, and the pause restarts
     record = job.coordinator.trigger(list(TASKS), properties=CheckpointProperties.savepoint_props())
-    assert record.checkpoint_id == 3 and record.properties.savepoint
+    assert record.checkpoint_id == 2 and record.properties.savepoint  # within the pause
+    with pytest.raises(CheckpointException) as err:
+        job.coordinator.trigger(list(TASKS), properties=CheckpointProperties.savepoint_props())
+    assert err.value.reason is CheckpointFailureReason.TOO_MANY_CONCURRENT_CHECKPOINTS
+    assert "checkpoint(s) 2 of job job still undecided" in str(err.value)
 
 
 def test_trigger_refused_before_min_pause_elapsed() -> None:

@@ -102,7 +102,7 @@ def test_break_frees_the_lease_and_fences_the_broken_holder() -> None:
         renew(jobs, lease, NOW + 1)
     assert break_lease(jobs) is None  # free already: only the token moves
     assert acquire(jobs, "b", "epochal run", NOW + 2).token == 4
-    with pytest.raises(ObjectNotFound, match="job job has no job record .* never ran here"):
+    with pytest.raises(ObjectNotFound, match=r"job job has no job record .* never ran here"):
         break_lease(records())
 
 

@@ -69,25 +69,65 @@ def move_one_key_to_another_key_group(store, job_id: str, n: int, uid: str) -> N
     store.put(layout.metadata(n), documents.encode(forged))
 
 
-def test_corrupted_checkpoint_is_quarantined_and_automatic_restore_skips_it(tmp_path: Path) -> None:
+def test_a_quarantined_head_whose_output_is_committed_stops_the_job_until_a_forced_restore(
+    tmp_path: Path,
+) -> None:
+    """The audit runs after the sink committed the checkpoint's output: resuming from the checkpoint
+    before it automatically would commit that output twice, so the job stops with the remedy; the
+    forced restore from the older checkpoint retracts the output and the job reprocesses it once."""
+    from spark_jobs.restore import RestoreRequest, restore
+    from spark_jobs.sinks import read_committed
+    from state_store.core import ChainHeadError
+
     uri, job, clock = tmp_path.as_uri(), small_job(), new_clock()
     for _ in range(3):
         clock.advance(STEP_MS)
         cycle(job, uri, clock)
     store = open_store(uri)
+    sink = next(s.uid for s in job.graph.steps if s.kind == "sink")
+    fault_free = read_committed(store, job.job_id, sink).num_rows
     assert validate_checkpoint(job, store, 2, clock).passed
     move_one_key_to_another_key_group(store, job.job_id, 3, "dedup")
     load_completed(store, JobLayout(job.job_id), 3, deep=True)  # the forgery passes every checksum
     result = validate_checkpoint(job, store, 3, clock)
     assert not result.passed
     assert [c.name for c in result.failures] == ["key_groups_correct"]
-    latest = coordinator_for(job, store, clock).latest_completed()
-    assert latest is not None and latest.checkpoint_id == 2
+    with pytest.raises(ChainHeadError, match=r"checkpoint 3 .* quarantined"):
+        coordinator_for(job, store, clock).latest_completed()
+    clock.advance(STEP_MS)
+    with pytest.raises(ChainHeadError, match=r"already committed its output, which would be committed twice"):
+        cycle(job, uri, clock)
+    report = restore(job, uri, clock, RestoreRequest(source="2", force=True))
+    assert report.checkpoint_id == 4  # the refused epoch allocated nothing
+    assert read_committed(store, job.job_id, sink).num_rows < fault_free  # 3's output retracted
+    clock.advance(STEP_MS)
+    again = cycle(job, uri, clock)
+    assert again.status == "completed"
+    assert load_completed(store, JobLayout(job.job_id), again.checkpoint_id).metadata.positions["base"] == 4  # type: ignore[arg-type]
+    assert read_committed(store, job.job_id, sink).num_rows >= fault_free
+
+
+def test_a_quarantined_head_without_committed_output_falls_back_automatically(tmp_path: Path) -> None:
+    from spark_jobs.runtime.cycle import notify_epoch_complete  # noqa: F401 (the step we skip)
+
+    uri, job, clock = tmp_path.as_uri(), small_job(), new_clock()
+    for _ in range(2):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    store = open_store(uri)
+    sink = next(s.uid for s in job.graph.steps if s.kind == "sink")
+    log = f"{job.job_id}/sinks/{sink}/_commits/{3:010d}.json"
+    clock.advance(STEP_MS)
+    third = cycle(job, uri, clock)
+    assert third.checkpoint_id == 3
+    store.delete(log)  # as if the run died before notify_checkpoint_complete committed it
+    move_one_key_to_another_key_group(store, job.job_id, 3, "dedup")
+    assert not validate_checkpoint(job, store, 3, clock).passed
     clock.advance(STEP_MS)
     report = cycle(job, uri, clock)
     assert report.status == "completed"
-    pending = load_completed(store, JobLayout(job.job_id), report.checkpoint_id).metadata  # type: ignore[arg-type]
-    assert pending.positions["base"] == 2
+    metadata = load_completed(store, JobLayout(job.job_id), report.checkpoint_id).metadata  # type: ignore[arg-type]
+    assert metadata.positions["base"] == 2
 
 
 def test_restore_refuses_a_snapshot_that_fails_validation_unless_forced(tmp_path: Path) -> None:
