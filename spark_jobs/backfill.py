@@ -1,6 +1,12 @@
 """Backfill: fork a job from a savepoint into a new job id and reprocess its sources from the
 savepoint's positions into the new job's own sinks -- fenced from production by construction
-(another job root: its own checkpoints, generation and sink commit logs)."""
+(another job root: its own checkpoints, generation and sink commit logs).
+
+The new job id must be new: a job that already has state there is refused (it would be restored
+from the savepoint and its sinks would commit the reprocessed output again), unless ``replace``,
+which is a restore of that job -- fenced like one: the backfill holds the new job's lease for the
+restore and every epoch after it.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,16 @@ from typing import Any
 
 from spark_jobs.api.job import Job
 from spark_jobs.restore import RestoreRequest, restore
-from spark_jobs.runtime.cycle import run_cycle, sink_specs
+from spark_jobs.runtime.cycle import EpochCycle, sink_specs
 from spark_jobs.snapshots import read_savepoint
-from state_store.core.layout import validate_name
+from state_store.core.layout import JobLayout, validate_name
+from state_store.lease_keeper import HeldLease, holder_id
+from state_store.storage import open_store
 from state_store.testing import ManualClock
+
+
+class BackfillTargetExists(ValueError):
+    """The backfill's new job id already has state in the store."""
 
 
 def backfill(
@@ -25,6 +37,9 @@ def backfill(
     epochs: int = 10,
     step_ms: int = 10_000,
     executor: str = "local",
+    replace: bool = False,
+    wait_s: float = 0.0,
+    holder: str = "",
 ) -> dict[str, Any]:
     """Restore ``savepoint`` into job ``new_job_id`` (same pipeline) and run up to ``epochs``
     epochs of ``step_ms`` simulated time, stopping once the clock reaches ``until_ms``."""
@@ -33,25 +48,44 @@ def backfill(
         raise ValueError(
             f"backfill job id {new_job_id!r} must differ from the production job's: choose a new id"
         )
+    if epochs < 1:
+        raise ValueError(f"backfill epochs={epochs} is invalid: run at least 1 epoch")
+    store = open_store(store_uri)
+    if not replace and next(iter(store.list(JobLayout(new_job_id).root)), None) is not None:
+        raise BackfillTargetExists(
+            f"backfill job id {new_job_id!r} already has state in {store.uri}: choose a new id, or pass "
+            "--replace to restore that job from the savepoint (its sinks then commit the reprocessed output)"
+        )
     snapshot = read_savepoint(savepoint)
     fork = copy.copy(job)
     fork.job_id = new_job_id
     start = max([int(e.get("max_ts") or 0) for entries in snapshot.sources.values() for e in entries] + [0])
     clock = ManualClock(start)
-    restore(
-        fork,
-        store_uri,
-        clock,
-        RestoreRequest(source=savepoint, allow_foreign=True),
-        request_id=f"backfill-{new_job_id}",
+    lease = HeldLease(
+        store,
+        new_job_id,
+        holder or holder_id("cli"),
+        "epochal backfill",
+        max_parallelism=job.max_parallelism,
+        wait_s=wait_s,
     )
-    ran = 0
-    for _ in range(epochs):
-        if until_ms is not None and clock.now_ms() >= until_ms:
-            break
-        clock.advance(step_ms)
-        run_cycle(fork, store_uri, clock, executor=executor)
-        ran += 1
+    with lease:
+        restore(
+            fork,
+            store_uri,
+            clock,
+            RestoreRequest(source=savepoint, allow_foreign=True),
+            request_id=f"backfill-{new_job_id}",
+            lease_token=lease.token,
+        )
+        cycle = EpochCycle(fork, store_uri, clock, executor=executor, lease_token=lease.token)
+        ran = 0
+        for _ in range(epochs):
+            if until_ms is not None and clock.now_ms() >= until_ms:
+                break
+            clock.advance(step_ms)
+            cycle.run_once()
+            ran += 1
     return {
         "new_job": new_job_id,
         "epochs": ran,

@@ -1,7 +1,11 @@
 """The ``epochal`` command line. Exit codes: 0 ok, 1 failure, 2 bad usage or input.
 
-Subcommands: ``demo``, ``run``, ``output``, ``checkpoints list|show``, ``retention``,
-``protocol-demo`` (the checkpoint protocol alone, with simulated tasks).
+Subcommands: ``demo``, ``run``, ``output``, ``checkpoints list|show|diff``, ``savepoint``,
+``savepoints list|dispose``, ``restore``, ``backfill``, ``inspect``, ``retention``, ``report``,
+``lease show|break``, ``chaos``, ``protocol-demo`` (the checkpoint protocol alone).
+
+Every command that changes a job holds the job's lease while it does (``state_store.lease_keeper``):
+a second one gets a one-line error naming the holder, or waits with ``--wait``.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_jobs.jobs.loading import JobNotFoundError
+from spark_jobs.pins import PinError
 from state_store.clock import SystemClock
 from state_store.core import (
     CheckpointConfig,
     CheckpointSummary,
+    CheckpointVerificationError,
     InvalidNameError,
     ManifestError,
     ObjectNotFound,
@@ -29,6 +35,8 @@ from state_store.core import (
 )
 from state_store.core.codec import to_jsonable
 from state_store.core.layout import JobLayout
+from state_store.core.lease import LeaseHeldError, LeaseLostError
+from state_store.lease_keeper import HeldLease, holder_id
 from state_store.storage import InvalidStoreURI, open_store
 from state_store.testing.killpoints import InvalidFaultSpec, kill_switch_from_env
 
@@ -67,29 +75,61 @@ def _simulated_clock(store: Any, job_id: str, start_ms: int) -> Any:
     return ManualClock(max([start_ms, *(r.trigger_ms for r in rows)]))
 
 
+def _lease(
+    store: Any, job_id: str, command: str, args: argparse.Namespace, max_parallelism: int = 128
+) -> HeldLease:
+    """The job's lease for this command (``--wait``: wait up to ``--wait-timeout`` seconds)."""
+    wait = getattr(args, "wait", False)
+    return HeldLease(
+        store,
+        job_id,
+        holder_id("cli"),
+        command,
+        max_parallelism=max_parallelism,
+        wait_s=float(getattr(args, "wait_timeout", 0)) if wait else 0.0,
+    )
+
+
 def _run_epochs(
-    job: Any, store_uri: str, epochs: int, executor: str, step_ms: int | None, quiet: bool
+    job: Any,
+    store_uri: str,
+    epochs: int,
+    executor: str,
+    step_ms: int | None,
+    quiet: bool,
+    args: argparse.Namespace | None = None,
 ) -> list[Any]:
-    from spark_jobs.runtime.cycle import run_cycle
+    from spark_jobs.runtime.cycle import EpochCycle
     from spark_jobs.sources.generator import DEFAULT_START_MS
 
     store = open_store(store_uri)
-    clock: Any = SystemClock() if step_ms is None else _simulated_clock(store, job.job_id, DEFAULT_START_MS)
-    spark = None
-    if executor == "spark":
-        from spark_jobs.runtime.spark_session import get_spark
+    kill = kill_switch_from_env()
+    with _lease(store, job.job_id, "epochal run", args or argparse.Namespace(), job.max_parallelism) as lease:
+        clock: Any = (
+            SystemClock() if step_ms is None else _simulated_clock(store, job.job_id, DEFAULT_START_MS)
+        )
+        spark = None
+        if executor == "spark":
+            from spark_jobs.runtime.spark_session import get_spark
 
-        spark = get_spark("local[*]", f"epochal-{job.job_id}")
-        spark.sparkContext.setLogLevel("ERROR")
-    reports = []
-    for _ in range(epochs):
-        if step_ms is not None:
-            clock.advance(step_ms)
-        report = run_cycle(job, store_uri, clock, executor=executor, spark=spark, kill=kill_switch_from_env())
-        reports.append(report)
-        if not quiet:
-            target = "no checkpoint" if report.checkpoint_id is None else f"checkpoint {report.checkpoint_id}"
-            print(f"epoch -> {target}: {report.status} {report.reason}".rstrip())
+            spark = get_spark("local[*]", f"epochal-{job.job_id}")
+            spark.sparkContext.setLogLevel("ERROR")
+        cycle = EpochCycle(
+            job, store_uri, clock, executor=executor, spark=spark, kill=kill, lease_token=lease.token
+        )
+        reports = []
+        for _ in range(epochs):
+            if step_ms is not None:
+                clock.advance(step_ms)
+            report = cycle.run_once()
+            reports.append(report)
+            if not quiet:
+                if report.rescale_plan:
+                    print(report.rescale_plan)
+                target = (
+                    "no checkpoint" if report.checkpoint_id is None else f"checkpoint {report.checkpoint_id}"
+                )
+                print(f"epoch -> {target}: {report.status} {report.reason}".rstrip())
     return reports
 
 
@@ -97,8 +137,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
 
     options = {"mode": args.mode} if args.mode else {}
+    if args.epochs < 1:
+        raise UsageError(f"--epochs {args.epochs} is invalid: run at least 1 epoch")
     job = load_job(args.job_ref, **options)
-    reports = _run_epochs(job, args.store, args.epochs, args.executor, args.time_step_ms, args.json)
+    reports = _run_epochs(job, args.store, args.epochs, args.executor, args.time_step_ms, args.json, args)
     if args.json:
         print(
             json.dumps(
@@ -192,31 +234,99 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_retention(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
-    config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
-    if not args.dry_run:
-        # as in the cycle's retention step: keep the monitoring rows of what retention deletes
-        from state_store.monitoring.archive import archive_history
+    from spark_jobs.pins import pin_checkpoints, unpin_checkpoints
 
-        try:
-            archive_history(store, args.job)
-        except StoreError as exc:  # best effort, as in the cycle: retention still runs
-            print(f"epochal: warning: checkpoint history not archived: {exc}", file=sys.stderr)
-    plan = apply_retention(
-        store, args.job, config, SystemClock(), dry_run=args.dry_run, pinned=frozenset(args.pin)
-    )
+    store = open_store(args.store)
+    _require_job(store, args.job)
+    config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
+    if args.dry_run:
+        plan = apply_retention(
+            store, args.job, config, SystemClock(), dry_run=True, pinned=frozenset(args.pin)
+        )
+    else:
+        with _lease(store, args.job, "epochal retention", args) as lease:
+            from state_store.core.coordinator import CheckpointCoordinator
+
+            fence = CheckpointCoordinator(store, args.job, clock=SystemClock(), lease_token=lease.token)
+            if args.pin or args.unpin:
+                pin_checkpoints(store, args.job, args.pin, fence)
+                unpin_checkpoints(store, args.job, args.unpin, fence)
+            # as in the cycle's retention step: keep the monitoring rows of what retention deletes
+            from state_store.monitoring.archive import archive_history
+
+            try:
+                archive_history(store, args.job)
+            except StoreError as exc:  # best effort, as in the cycle: retention still runs
+                print(f"epochal: warning: checkpoint history not archived: {exc}", file=sys.stderr)
+            fence.fence()
+            plan = apply_retention(store, args.job, config, SystemClock(), kill=kill_switch_from_env())
     report = {
         "retained": list(plan.retained),
         "discarded": list(plan.discarded),
         "deleted_files": len(plan.delete),
         "dry_run": args.dry_run,
+        "pinned": sorted(args.pin),
+        "unpinned": sorted(args.unpin),
     }
     print(
         json.dumps(report)
         if args.json
         else f"retained {report['retained']}, discarded {report['discarded']}, "
         f"{'would delete' if args.dry_run else 'deleted'} {len(plan.delete)} files"
+        + (f"; pinned {report['pinned']}" if args.pin and not args.dry_run else "")
+        + (f"; unpinned {report['unpinned']}" if args.unpin and not args.dry_run else "")
     )
+    return 0
+
+
+def _require_job(store: Any, job_id: str) -> None:
+    """A job id that never ran in this store is an error, not an empty answer."""
+    from state_store.core.jobrecord import JobRecords
+
+    JobLayout(job_id)  # validates the name
+    if (
+        JobRecords(store, job_id).read() is None
+        and next(iter(store.list(JobLayout(job_id).root)), None) is None
+    ):
+        raise UsageError(
+            f"job {job_id!r} has no state in {store.uri}: check --job and --store "
+            "(`epochal checkpoints list` needs a job that ran there)"
+        )
+
+
+def _cmd_lease(args: argparse.Namespace) -> int:
+    from state_store.core.jobrecord import JobRecords
+    from state_store.core.lease import break_lease, current_lease, describe
+
+    store = open_store(args.store)
+    _require_job(store, args.job)
+    records = JobRecords(store, args.job)
+    if args.action == "show":
+        lease = current_lease(records)
+        now = SystemClock().now_ms()
+        if args.json:
+            print(
+                json.dumps(
+                    None if lease is None else {**to_jsonable(lease), "expired": lease.expires_ms < now}
+                )
+            )
+        elif lease is None:
+            print(f"job {args.job}: the lease is free")
+        else:
+            state = (
+                "expired" if lease.expires_ms < now else f"expires in {(lease.expires_ms - now) // 1000} s"
+            )
+            print(
+                f"job {args.job}: held by {describe(lease)} since {_fmt_ms(lease.acquired_ms)} UTC ({state})"
+            )
+        return 0
+    broken = break_lease(records)
+    if args.json:
+        print(json.dumps(None if broken is None else to_jsonable(broken)))
+    elif broken is None:
+        print(f"job {args.job}: the lease was free; its fencing token moved on anyway")
+    else:
+        print(f"job {args.job}: broke the lease of {describe(broken)}; that holder can change nothing now")
     return 0
 
 
@@ -233,20 +343,25 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.cycle import take_savepoint
 
     job = load_job(args.job_ref)
-    clock = (
-        _simulated_clock(open_store(args.store), job.job_id, 0)
-        if args.time_step_ms is not None
-        else SystemClock()
-    )
-    info = take_savepoint(
-        job, args.store, clock, args.name, fmt=args.format, executor=args.executor, stop=args.stop
-    )
+    store = open_store(args.store)
+    with _lease(store, job.job_id, "epochal savepoint", args, job.max_parallelism) as lease:
+        clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
+        info = take_savepoint(
+            job,
+            args.store,
+            clock,
+            args.name,
+            fmt=args.format,
+            executor=args.executor,
+            stop=args.stop,
+            lease_token=lease.token,
+        )
     print(json.dumps(info) if args.json else f"savepoint {info['name']} written to {info['location']}")
     return 0
 
 
 def _cmd_savepoints(args: argparse.Namespace) -> int:
-    from spark_jobs.snapshots import dispose_savepoint, list_savepoints
+    from spark_jobs.snapshots import dispose_savepoint, list_savepoints, savepoint_keys
 
     store = open_store(args.store)
     if args.action == "list":
@@ -255,7 +370,13 @@ def _cmd_savepoints(args: argparse.Namespace) -> int:
         return 0
     if not args.name:
         raise UsageError("savepoints dispose needs --name NAME")
-    deleted = dispose_savepoint(store, args.job, args.name)
+    _require_job(store, args.job)
+    savepoint_keys(store, args.job, args.name)  # refused before the lease: a typo changes nothing
+    with _lease(store, args.job, "epochal savepoints dispose", args) as lease:
+        from state_store.core.coordinator import CheckpointCoordinator
+
+        fence = CheckpointCoordinator(store, args.job, clock=SystemClock(), lease_token=lease.token)
+        deleted = dispose_savepoint(store, args.job, args.name, fence.fence)
     print(
         json.dumps({"deleted_files": deleted})
         if args.json
@@ -321,12 +442,10 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         force=args.force,
     )
-    clock = (
-        _simulated_clock(open_store(args.store), job.job_id, 0)
-        if args.time_step_ms is not None
-        else SystemClock()
-    )
-    report = restore(job, args.store, clock, request, parallelism=args.parallelism)
+    store = open_store(args.store)
+    clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
+    hold = None if args.dry_run else _lease(store, job.job_id, "epochal restore", args, job.max_parallelism)
+    report = restore(job, args.store, clock, request, parallelism=args.parallelism, hold=hold)
     if args.json:
         print(json.dumps({"plan": report.plan.to_json(), "checkpoint_id": report.checkpoint_id}))
     else:
@@ -354,6 +473,8 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
         until_ms=args.until_ms,
         epochs=args.epochs,
         step_ms=args.time_step_ms,
+        replace=args.replace,
+        wait_s=float(args.wait_timeout) if args.wait else 0.0,
     )
     print(
         json.dumps(report)
@@ -397,6 +518,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="simulated time: advance this much per epoch (default: the system clock)",
     )
     run.add_argument("--json", action="store_true")
+    _wait_arguments(run)
     run.set_defaults(func=_cmd_run)
 
     out = sub.add_parser("output", help="export a sink's committed output to a Parquet file")
@@ -430,9 +552,17 @@ def build_parser() -> argparse.ArgumentParser:
     common(ret)
     ret.add_argument("--retain", type=int, default=3)
     ret.add_argument("--grace-ms", type=int, default=3_600_000)
-    ret.add_argument("--pin", type=int, action="append", default=[])
+    ret.add_argument(
+        "--pin", type=int, action="append", default=[], help="keep checkpoint N from retention (repeatable)"
+    )
+    ret.add_argument("--unpin", type=int, action="append", default=[], help="remove the pin of checkpoint N")
     ret.add_argument("--dry-run", action="store_true")
+    _wait_arguments(ret)
     ret.set_defaults(func=_cmd_retention)
+    lease = sub.add_parser("lease", help="show or break the job's lease (who may change the job now)")
+    lease.add_argument("action", choices=["show", "break"])
+    common(lease)
+    lease.set_defaults(func=_cmd_lease)
     sp = sub.add_parser("savepoint", help="take a savepoint (self-contained, canonical Parquet by default)")
     sp.add_argument("--job", dest="job_ref", required=True, help="example name or module:attr")
     sp.add_argument("--store", required=True)
@@ -442,12 +572,14 @@ def build_parser() -> argparse.ArgumentParser:
     sp.add_argument("--executor", choices=["spark", "local"], default="local")
     sp.add_argument("--time-step-ms", type=int, default=None, help="simulated time (as for run)")
     sp.add_argument("--json", action="store_true")
+    _wait_arguments(sp)
     sp.set_defaults(func=_cmd_savepoint)
 
     sps = sub.add_parser("savepoints", help="list or dispose savepoints")
     sps.add_argument("action", choices=["list", "dispose"])
     common(sps)
     sps.add_argument("--name")
+    _wait_arguments(sps)
     sps.set_defaults(func=_cmd_savepoints)
 
     rs = sub.add_parser("restore", help="restore a job from latest, a checkpoint id or a savepoint location")
@@ -463,6 +595,7 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--force", action="store_true", help="restore even if the snapshot fails validation")
     rs.add_argument("--time-step-ms", type=int, default=None)
     rs.add_argument("--json", action="store_true")
+    _wait_arguments(rs)
     rs.set_defaults(func=_cmd_restore)
 
     bf = sub.add_parser("backfill", help="fork a new job from a savepoint and reprocess into its own sinks")
@@ -473,7 +606,13 @@ def build_parser() -> argparse.ArgumentParser:
     bf.add_argument("--until-ms", type=int, default=None, help="stop once event time reaches this")
     bf.add_argument("--epochs", type=int, default=10)
     bf.add_argument("--time-step-ms", type=int, default=10_000)
+    bf.add_argument(
+        "--replace",
+        action="store_true",
+        help="replace the state of an existing job NEW_JOB (fenced like a restore)",
+    )
     bf.add_argument("--json", action="store_true")
+    _wait_arguments(bf)
     bf.set_defaults(func=_cmd_backfill)
 
     ins = sub.add_parser("inspect", help="an operator's keyed state at a checkpoint or savepoint")
@@ -492,6 +631,13 @@ def build_parser() -> argparse.ArgumentParser:
     chaos_arguments(chaos)
     chaos.set_defaults(func=_cmd_chaos)
     return parser
+
+
+def _wait_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--wait", action="store_true", help="wait for the job's lease instead of failing")
+    p.add_argument(
+        "--wait-timeout", type=float, default=900.0, help="seconds to wait with --wait (default 900)"
+    )
 
 
 def _cmd_chaos(args: argparse.Namespace) -> int:
@@ -515,6 +661,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         result: int = args.func(args)
         return result
     except (
+        ManifestError,
+        StoreError,
+        LeaseHeldError,
+        LeaseLostError,
+        CheckpointVerificationError,
+        PinError,
+    ) as exc:
+        print(f"epochal: {_one_line(exc)}", file=sys.stderr)
+        return 1
+    except (
         UsageError,
         InvalidStoreURI,
         InvalidNameError,
@@ -524,9 +680,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ) as exc:
         print(f"epochal: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except (ManifestError, ObjectNotFound, StoreError) as exc:
-        print(f"epochal: {exc}", file=sys.stderr)
-        return 1
     except Exception as exc:
         print(f"epochal: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -24,6 +24,7 @@ caller holds the job's lease for steps 3-6):
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import posixpath
@@ -34,17 +35,17 @@ from urllib.parse import urlsplit
 from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
 from spark_jobs.api.windows import EventTimeSessionWindows
+from spark_jobs.pins import pin
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs
 from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
 from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
-from state_store.core import documents
 from state_store.core.completed import ChainHeadError
 from state_store.core.coordinator import RestoreCommit
 from state_store.core.failures import CheckpointFailureReason
 from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
-from state_store.core.manifests import AckRecord, PinRecord, StateHandle, TaskId
+from state_store.core.manifests import AckRecord, StateHandle, TaskId
 from state_store.core.ports import Clock, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
@@ -58,6 +59,7 @@ from state_store.core.restore_plan import (
 )
 from state_store.core.state.descriptors import StateKind
 from state_store.formats.keyed import encode_key_groups
+from state_store.lease_keeper import HeldLease
 from state_store.storage import open_store
 
 
@@ -216,11 +218,6 @@ def import_snapshot(
     return n
 
 
-def pin(store: ObjectStore, job_id: str, checkpoint_id: int, reason: str) -> None:
-    """Keep checkpoint ``checkpoint_id`` from retention (``<job>/pins/<id>.json``)."""
-    store.put(JobLayout(job_id).pin(checkpoint_id), documents.encode(PinRecord(checkpoint_id, reason)))
-
-
 def _kinds(step: Step) -> dict[str, str]:
     if step.kind == "window":
         name = "sessions" if isinstance(step.spec["assigner"], EventTimeSessionWindows) else "acc"
@@ -286,9 +283,12 @@ def restore(
     parallelism: int | None = None,
     request_id: str = "",
     lease_token: int | None = None,
+    hold: HeldLease | None = None,
 ) -> RestoreReport:
     """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring.
-    The caller holds the job's lease (``lease_token``) unless this is a dry run."""
+
+    The caller holds the job's lease (``lease_token``), or passes ``hold``: the lease is then
+    taken only once the plan is accepted, so a refused restore changes nothing at all."""
     check_location(store_uri, request.source, request)
     store = open_store(store_uri)
     damaged = damaged_head(job, store, clock)
@@ -328,15 +328,16 @@ def restore(
     if damaged is not None:  # at least the damaged checkpoint's output: it is reprocessed
         known = snapshot.checkpoint_id if snapshot.kind == "checkpoint" else None
         retract_after = known if known is not None else damaged.checkpoint_id - 1
-    n = import_snapshot(
-        job,
-        store,
-        clock,
-        snapshot,
-        request,
-        request_id or f"restore-{clock.now_ms()}",
-        declared_parallelism=declared,
-        lease_token=lease_token,
-        retract_after=retract_after,
-    )
+    with hold if hold is not None else contextlib.nullcontext() as held:
+        n = import_snapshot(
+            job,
+            store,
+            clock,
+            snapshot,
+            request,
+            request_id or f"restore-{clock.now_ms()}",
+            declared_parallelism=declared,
+            lease_token=held.token if held is not None else lease_token,
+            retract_after=retract_after,
+        )
     return RestoreReport(plan, n)

@@ -16,6 +16,7 @@ Savepoint folder (canonical format, readable with pandas/DuckDB/Spark without Ep
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
@@ -281,14 +282,25 @@ def list_savepoints(store: ObjectStore, job_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def dispose_savepoint(store: ObjectStore, job_id: str, name: str) -> int:
-    """Delete savepoint ``name``: its manifest first (it stops being a savepoint), then its files."""
+def savepoint_keys(store: ObjectStore, job_id: str, name: str) -> list[str]:
+    """Every key of savepoint ``name``; SnapshotError if there is no such savepoint."""
     prefix = JobLayout(job_id).savepoint_dir(name)
     keys = [i.key for i in store.list(prefix)]
     if prefix + "_metadata.json" not in keys:
         raise SnapshotError(
             f"savepoint {name!r} of job {job_id} does not exist (see `epochal savepoints list`)"
         )
+    return keys
+
+
+def dispose_savepoint(
+    store: ObjectStore, job_id: str, name: str, fence: Callable[[], Any] = lambda: None
+) -> int:
+    """Delete savepoint ``name``: its manifest first (it stops being a savepoint), then its files.
+    ``fence`` (the caller's lease check) runs before the first delete."""
+    prefix = JobLayout(job_id).savepoint_dir(name)
+    keys = savepoint_keys(store, job_id, name)
+    fence()
     store.delete(prefix + "_metadata.json")
     for key in keys:
         store.delete(key)
