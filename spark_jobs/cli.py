@@ -341,8 +341,10 @@ def _snapshot_of(args: argparse.Namespace, which: str) -> Any:
 def _cmd_savepoint(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
     from spark_jobs.runtime.cycle import take_savepoint
+    from spark_jobs.snapshots import savepoint_location
 
     job = load_job(args.job_ref)
+    savepoint_location(args.store, job.job_id, args.name)  # a bad name is refused before the lease
     store = open_store(args.store)
     with _lease(store, job.job_id, "epochal savepoint", args, job.max_parallelism) as lease:
         clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()

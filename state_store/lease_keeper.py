@@ -155,10 +155,15 @@ class HeldLease:
             self._thread.start()
         return self.lease
 
-    def release(self) -> bool:
+    def detach(self) -> None:
+        """Stop renewing without releasing: the lease lasts until its expiry, for the next step of
+        the same holder (the next task of an Airflow DAG run re-acquires it)."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+    def release(self) -> bool:
+        self.detach()
         with self._lock:
             if self.lease is None or self.lost is not None:
                 return False

@@ -9,6 +9,12 @@ attempt of the same checkpoint) or fails the run (the next DAG run gets a new ru
 the abandoned checkpoint), chosen by the schedule's seeded ``retry_bias``. A ``complete`` that does
 not complete the checkpoint fails the run.
 
+Leases: every task first (re)acquires the job's lease for its DAG run, exactly as the Airflow
+operators do (holder ``airflow:epochal_<job>:<run id>``; a new run of the same DAG takes over from
+a dead one), and passes its fencing token to every step; the last task releases it. Lease expiry
+runs on ``lease_clock``, the actors' wall clock, separate from the job's event-time clock, so
+faults can let a lease expire without moving the input.
+
 Invariants: every action is followed by ``monitor()`` (the invariant checks that hold at any
 instant); a tick gives up after ``max_actions`` (the checker then reports the job stuck); kill
 switches armed through ``EPOCHAL_FAULT`` are cleared as soon as they fire.
@@ -27,7 +33,11 @@ from spark_jobs.chaos.store import ChaosStore
 from spark_jobs.runtime import cycle
 from spark_jobs.runtime.plan import EpochPlan
 from state_store.core.coordinator import Gate
+from state_store.core.jobrecord import JobRecords
+from state_store.core.lease import DEFAULT_TTL_MS, acquire, release
+from state_store.core.manifests import Lease
 from state_store.core.ports import NO_KILL, KillSwitch
+from state_store.lease_keeper import takeover_rule
 from state_store.testing import SimulatedCrash, kill_switch_from_env
 from state_store.testing.clock import ManualClock
 
@@ -83,6 +93,34 @@ class Driver:
         self.stuck_ticks: list[int] = []
         self.before_gate: Callable[[], Any] | None = None  # snapshot taken before a gated complete
         self.after_gate: Callable[[int, Any], None] | None = None  # check after it aborted
+        self.lease_clock = ManualClock(clock.now_ms())  # the actors' wall clock (lease expiry)
+        self.lease: Lease | None = None  # the lease the current DAG run's last task took
+
+    # -- the job's lease ----------------------------------------------------------------------
+    def holder(self, run_id: str) -> str:
+        return f"airflow:epochal_{self.job.job_id}:{run_id}"
+
+    def take_lease(self, holder: str, command: str = "chaos task") -> Lease:
+        """(Re)acquire the job's lease as ``holder`` on the lease clock (LeaseHeldError if busy)."""
+        return acquire(
+            JobRecords(self.store, self.job.job_id),
+            holder,
+            command,
+            self.lease_clock.now_ms(),
+            ttl_ms=DEFAULT_TTL_MS,
+            max_parallelism=self.job.max_parallelism,
+            takeover=takeover_rule(holder),
+        )
+
+    @property
+    def token(self) -> int | None:
+        """The fencing token of the current DAG run's newest task."""
+        return self.lease.token if self.lease is not None else None
+
+    def release_lease(self) -> None:
+        if self.lease is not None:
+            release(JobRecords(self.store, self.job.job_id), self.lease)
+            self.lease = None
 
     # -- bookkeeping ------------------------------------------------------------------------
     def note(self, what: str) -> None:
@@ -103,7 +141,7 @@ class Driver:
         coordinator = cycle.coordinator_for(self.job, self.store, self.clock)
         pending = coordinator.pending_record(checkpoint_id)
         return EpochPlan(
-            job=self.job,
+            job=cycle.with_parallelism(self.job, pending.parallelism),
             store_uri=self.store.uri,
             checkpoint_id=checkpoint_id,
             attempt=attempt,
@@ -135,17 +173,25 @@ class Driver:
         job, store, clock = self.job, self.store, self.clock
         kill = self._kill()
         try:
+            self.lease = self.take_lease(self.holder(run_id), name)
+            token = self.lease.token
             if name == "trigger":
-                cycle.abort_abandoned(job, store, clock, run_id)
-                return cycle.trigger_epoch(job, store, clock, request_id=run_id, kill=kill)
+                cycle.abort_abandoned(job, store, clock, run_id, lease_token=token)
+                return cycle.trigger_epoch(job, store, clock, request_id=run_id, kill=kill, lease_token=token)
             assert checkpoint_id is not None
             if name == "run":
-                return cycle.run_epoch(job, store.uri, checkpoint_id, clock, kill=kill)
+                return cycle.run_epoch(job, store.uri, checkpoint_id, clock, kill=kill, lease_token=token)
             if name == "complete":
-                return cycle.complete_epoch(job, store, clock, checkpoint_id, gate=gate, kill=kill)
+                return cycle.complete_epoch(
+                    job, store, clock, checkpoint_id, gate=gate, kill=kill, lease_token=token
+                )
             if name == "notify":
-                return cycle.notify_epoch_complete(job, store, clock, checkpoint_id, kill=kill)
-            return cycle.apply_job_retention(job, store, clock, kill=kill)
+                return cycle.notify_epoch_complete(
+                    job, store, clock, checkpoint_id, kill=kill, lease_token=token
+                )
+            plan = cycle.apply_job_retention(job, store, clock, kill=kill, lease_token=token)
+            self.release_lease()  # the DAG run's last task
+            return plan
         except SimulatedCrash as crash:
             if self.plan.kill_spec is not None and crash.point == self.plan.kill_spec.split("@")[0]:
                 self.plan.kill_spec = None

@@ -106,7 +106,8 @@ def _zombie_attempt(rng: random.Random, plan: TickPlan) -> None:
     def register(driver: Driver, checkpoint_id: int) -> None:
         if checkpoint_id < 1:
             return
-        coordinator = cycle.coordinator_for(driver.job, driver.store, driver.clock)
+        # an earlier try of the run task: it held the run's lease when it registered
+        coordinator = cycle.coordinator_for(driver.job, driver.store, driver.clock, lease_token=driver.token)
         attempt = driver.quietly("zombie_attempt register", lambda: coordinator.start_attempt(checkpoint_id))
         if attempt is not None:
             zombie["plan"] = driver.plan_for(checkpoint_id, attempt.attempt)
@@ -127,17 +128,17 @@ def _zombie_coordinator(plan: TickPlan) -> None:
     """A coordinator decides COMPLETE and dies before writing ``_metadata.json``; the next DAG run
     rolls the checkpoint forward; one epoch later the old coordinator resumes its completion."""
     plan.kill_spec = plan.kill_spec or "before_metadata"
-    stale: list[int] = []
+    stale: list[tuple[int, int | None]] = []
 
     def remember(driver: Driver, checkpoint_id: int) -> None:
         if checkpoint_id >= 1:
-            stale.append(checkpoint_id)
+            stale.append((checkpoint_id, driver.token))  # the lease it held (it is a zombie later)
 
     def resume(driver: Driver, _: int) -> None:
-        for checkpoint_id in stale:
+        for checkpoint_id, token in stale:
             driver.note("fault:zombie_coordinator")
             driver.quietly("zombie_coordinator", functools.partial(
-                cycle.complete_epoch, driver.job, driver.store, driver.clock, checkpoint_id
+                cycle.complete_epoch, driver.job, driver.store, driver.clock, checkpoint_id, lease_token=token
             ))  # fmt: skip
 
     plan.after.setdefault("trigger", []).append(remember)
@@ -155,27 +156,33 @@ def _racing(rng: random.Random, plan: TickPlan) -> None:
         driver.note("fault:racing_coordinators")
 
         def trigger_and_run() -> None:
-            cycle.abort_abandoned(driver.job, driver.store, driver.clock, run_id)
-            pending = cycle.trigger_epoch(driver.job, driver.store, driver.clock, request_id=run_id)
+            token = driver.take_lease(driver.holder(run_id), "racing A").token
+            racer["token"] = token
+            cycle.abort_abandoned(driver.job, driver.store, driver.clock, run_id, lease_token=token)
+            pending = cycle.trigger_epoch(
+                driver.job, driver.store, driver.clock, request_id=run_id, lease_token=token
+            )
             if pending is not None:
                 racer["n"] = pending.checkpoint_id
-                cycle.run_epoch(driver.job, driver.store.uri, pending.checkpoint_id, driver.clock)
+                cycle.run_epoch(
+                    driver.job, driver.store.uri, pending.checkpoint_id, driver.clock, lease_token=token
+                )
 
         driver.quietly("racing A trigger/run", trigger_and_run)
         if where == "before":
             finish_a(driver, -1)
 
     def finish_a(driver: Driver, _: int) -> None:
-        n = racer.pop("n", None)
+        n, token = racer.pop("n", None), racer.get("token")
         if n is None:
             return
         job, store, clock = driver.job, driver.store, driver.clock
 
         def complete_notify_retain() -> None:
-            result = cycle.complete_epoch(job, store, clock, n)
+            result = cycle.complete_epoch(job, store, clock, n, lease_token=token)
             if result.status == "completed":
-                cycle.notify_epoch_complete(job, store, clock, n)
-            cycle.apply_job_retention(job, store, clock)
+                cycle.notify_epoch_complete(job, store, clock, n, lease_token=token)
+            cycle.apply_job_retention(job, store, clock, lease_token=token)
 
         driver.quietly("racing A complete", complete_notify_retain)
 

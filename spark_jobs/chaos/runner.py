@@ -157,7 +157,8 @@ def run_schedule(
         target = max(clock.now_ms(), newest) + job.checkpoint_config().orphan_grace_ms + 1
         clock.advance(target - clock.now_ms())
         try:
-            cycle.apply_job_retention(job, store, clock)
+            token = driver.take_lease(driver.holder("final-maintenance"), "epochal_maintenance").token
+            cycle.apply_job_retention(job, store, clock, lease_token=token)
         except Exception as exc:
             checker.fail(5, f"retention after the grace period failed: {type(exc).__name__}: {exc}")
         checker.check_references()

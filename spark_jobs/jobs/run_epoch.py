@@ -67,6 +67,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--now-ms", type=int, default=None, help="the epoch's clock (default: wall clock)")
     parser.add_argument("--drain", action="store_true", help="end of input: fire every timer")
     parser.add_argument(
+        "--lease-token",
+        type=int,
+        default=None,
+        help="the fencing token of the job's lease the caller holds (the Airflow task that submitted this)",
+    )
+    parser.add_argument(
         "--on-executor-loss",
         choices=["fail", "wait"],
         default="fail",
@@ -99,6 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     spark=spark,
                     drain=args.drain,
                     kill=kill_switch_from_env(),
+                    lease_token=args.lease_token,
                 )
             except Exception:
                 lost = watchdog.error() if watchdog is not None else None

@@ -335,7 +335,6 @@ def run_epoch(
     coordinator = coordinator_for(job, store, clock, kill, lease_token)
     pending = coordinator.pending_record(checkpoint_id)
     job = with_parallelism(job, pending.parallelism)
-    coordinator.fence()
     attempt = coordinator.start_attempt(checkpoint_id)
     plan = EpochPlan(
         job=job,

@@ -423,8 +423,10 @@ class CheckpointCoordinator:
 
     # -- attempts (task side, one per run of the epoch) ---------------------------------------
     def start_attempt(self, checkpoint_id: int) -> AttemptRecord:
-        """Register a new attempt of checkpoint n; acks of earlier attempts become UNKNOWN."""
+        """Register a new attempt of checkpoint n; acks of earlier attempts become UNKNOWN.
+        Fenced: the caller must hold the lease."""
         pending = self.pending_record(checkpoint_id)
+        self.fence()
         attempt = self.current_attempt(checkpoint_id) + 1
         for _ in range(_ID_RACE_RETRIES):
             record = AttemptRecord(

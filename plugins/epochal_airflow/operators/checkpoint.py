@@ -8,6 +8,13 @@ Time: every step of a DAG run uses the run's ``data_interval_end`` as the epoch'
 replayable and its source positions are a function of the run), falling back to the wall clock for
 runs without an interval. The checkpoint id travels by XCom from ``trigger_checkpoint``. Each step
 logs one summary line and returns a small JSON-able dict (never credentials).
+
+The job's lease: every task first acquires the job's lease for its DAG run (holder
+``airflow:<dag_id>:<run_id>``; a new token on every task and every try, so an earlier try that still
+runs is fenced), renews it while it runs, and passes its fencing token to the step. The epoch DAG's
+tasks keep the lease for the run's next task; its last task, a task that fails for good, and every
+task of the manual DAGs release it. A task whose job is busy defers (``LeaseFreeTrigger``) instead of
+failing, holding no worker slot; a new run of the same DAG takes the lease over from a dead one.
 """
 
 from __future__ import annotations
@@ -19,6 +26,10 @@ from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from epochal_airflow.hooks.store import EpochalStoreHook
+from epochal_airflow.triggers.lease import LeaseFreeTrigger
+
+AIRFLOW_LEASE_TTL_MS = 300_000
+"""A DAG run's lease outlives the gaps between its tasks (scheduling delays) by this much."""
 
 
 class FixedClock:
@@ -84,6 +95,64 @@ class EpochalOperator(BaseOperator):
         self.log.info("epochal %s: job=%s %s", step, self.job_ref, line)
         return fields
 
+    # -- the job's lease (see module docstring) ------------------------------------------------
+    #: Whether the task releases the lease when it ends (False: the epoch DAG's tasks but the last).
+    releases_lease = True
+    lease_poll_s = 5.0
+
+    def execute(self, context: Any, event: Any = None) -> Any:
+        job, hook = self.load(), self.hook()
+        store = hook.get_store()
+        lease = self.hold_lease(context, job.job_id, job.max_parallelism, store, hook)
+        try:
+            result = self.execute_leased(context, job, store, lease.token)
+        except AirflowSkipException:
+            lease.release()  # the run ends here
+            raise
+        except BaseException:
+            if self.is_last_try(context):
+                lease.release()
+            else:
+                lease.detach()
+            raise
+        if self.releases_lease:
+            lease.release()
+        else:
+            lease.detach()
+        return result
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> Any:
+        """The step itself, under the job's lease (``token``: its fencing token)."""
+        raise NotImplementedError
+
+    def hold_lease(self, context: Any, job_id: str, max_parallelism: int, store: Any, hook: Any) -> Any:
+        """Acquire ``job_id``'s lease for this DAG run, or defer until it can be taken."""
+        from state_store.core.lease import LeaseHeldError
+        from state_store.lease_keeper import HeldLease
+
+        ti = context["ti"]
+        holder = f"airflow:{ti.dag_id}:{context['run_id']}"
+        held = HeldLease(
+            store,
+            job_id,
+            holder,
+            f"{ti.dag_id}.{ti.task_id}",
+            max_parallelism=max_parallelism,
+            ttl_ms=AIRFLOW_LEASE_TTL_MS,
+        )
+        try:
+            held.acquire()
+        except LeaseHeldError as busy:
+            self.log.info("epochal %s: %s; deferring until the job's lease is free", ti.task_id, busy)
+            self.defer(
+                trigger=LeaseFreeTrigger(hook.resolved_uri(), job_id, holder, self.lease_poll_s),
+                method_name="execute",
+            )
+        return held
+
+    def is_last_try(self, context: Any) -> bool:
+        return int(context["ti"].try_number) > int(self.retries or 0)
+
 
 class TriggerCheckpointOperator(EpochalOperator):
     """Abort checkpoints of dead earlier runs, then trigger checkpoint n (skips when no new input).
@@ -111,19 +180,27 @@ class TriggerCheckpointOperator(EpochalOperator):
         self.summary("trigger_checkpoint", status="failure_rate_exceeded", failures=rate.failures)
         raise AirflowFailException(f"{rate.reason(job.job_id)}; {paused}")
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    releases_lease = False
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, ensure_running, trigger_epoch
 
-        job, store, clock = self.load(), self.hook().get_store(), run_clock(context)
+        clock = run_clock(context)
         run_id = context["run_id"]
         try:
             ensure_running(job, store)
         except JobStoppedError as exc:
             self.summary("trigger_checkpoint", status="stopped")
             raise AirflowSkipException(str(exc)) from None
-        aborted = abort_abandoned(job, store, clock, run_id)
+        aborted = abort_abandoned(job, store, clock, run_id, lease_token=token)
         self.check_failure_rate(job, store, clock, context)
-        pending = trigger_epoch(job, store, clock, request_id=run_id)
+
+        def log_rescale(parallelism: Any, plan: str) -> None:
+            self.log.warning("epochal: job %s: %s\n%s", job.job_id, parallelism.describe, plan)
+
+        pending = trigger_epoch(
+            job, store, clock, request_id=run_id, lease_token=token, log_rescale=log_rescale
+        )
         if pending is None:
             self.summary("trigger_checkpoint", status="skipped", reason="no new input", aborted=aborted)
             raise AirflowSkipException("no new input since the last checkpoint: the epoch is skipped")
@@ -133,6 +210,7 @@ class TriggerCheckpointOperator(EpochalOperator):
             checkpoint_id=pending.checkpoint_id,
             status="triggered",
             records=records,
+            parallelism=pending.parallelism or job.parallelism,
             aborted_abandoned=aborted,
         )
 
@@ -152,13 +230,15 @@ class RunEpochOperator(EpochalOperator):
         self.epoch_executor = epoch_executor  # not ``executor``: BaseOperator's Airflow executor field
         self.spark_master = spark_master
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    releases_lease = False
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import run_epoch
         from state_store.testing.killpoints import kill_switch_from_env
 
         hook = self.hook()
         hook.export_credentials()
-        job, n = self.load(), self.checkpoint_id(context)
+        n = self.checkpoint_id(context)
         spark = None
         if self.epoch_executor == "spark":
             from spark_jobs.runtime.spark_session import get_spark
@@ -172,6 +252,7 @@ class RunEpochOperator(EpochalOperator):
             executor=self.epoch_executor,
             spark=spark,
             kill=kill_switch_from_env(),
+            lease_token=token,
         )
         rows = sum(int(s.get("rows_out", 0)) for s in summaries)
         return self.summary("run_epoch", checkpoint_id=n, try_number=context["ti"].try_number, rows_out=rows)
@@ -180,13 +261,15 @@ class RunEpochOperator(EpochalOperator):
 class CompleteCheckpointOperator(EpochalOperator):
     """Collect the acks of n and commit or abort it; an abort fails the task with the reason."""
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    releases_lease = False
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import complete_epoch
         from state_store.testing.killpoints import kill_switch_from_env
 
-        job, n = self.load(), self.checkpoint_id(context)
+        n = self.checkpoint_id(context)
         result = complete_epoch(
-            job, self.hook().get_store(), run_clock(context), n, kill=kill_switch_from_env()
+            job, store, run_clock(context), n, kill=kill_switch_from_env(), lease_token=token
         )
         from epochal_airflow.metrics import emit_checkpoint_metrics
 
@@ -212,13 +295,15 @@ class CompleteCheckpointOperator(EpochalOperator):
 class NotifyCheckpointCompleteOperator(EpochalOperator):
     """Sinks commit every pre-committed transaction up to n (idempotent; finishes a crashed one)."""
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    releases_lease = False
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import notify_epoch_complete
         from state_store.testing.killpoints import kill_switch_from_env
 
-        job, n = self.load(), self.checkpoint_id(context)
+        n = self.checkpoint_id(context)
         committed = notify_epoch_complete(
-            job, self.hook().get_store(), run_clock(context), n, kill=kill_switch_from_env()
+            job, store, run_clock(context), n, kill=kill_switch_from_env(), lease_token=token
         )
         return self.summary(
             "notify_checkpoint_complete",
@@ -231,11 +316,13 @@ class ValidateCheckpointOperator(EpochalOperator):
     """Audit the completed checkpoint n: every file's size and SHA-256, then the Great Expectations
     snapshot suite; a failing checkpoint is quarantined (never chosen by an automatic restore)."""
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    releases_lease = False
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.checks import validate_checkpoint
         from state_store.core import CheckpointVerificationError, ManifestError
 
-        job, n, store = self.load(), self.checkpoint_id(context), self.hook().get_store()
+        n = self.checkpoint_id(context)
         try:
             result = validate_checkpoint(job, store, n, run_clock(context))
         except (CheckpointVerificationError, ManifestError) as exc:
@@ -249,12 +336,14 @@ class ValidateCheckpointOperator(EpochalOperator):
 
 
 class ApplyRetentionOperator(EpochalOperator):
-    def execute(self, context: Any) -> dict[str, Any]:
+    """Retention and the sinks' orphan sweep; the epoch DAG's last task (it releases the lease)."""
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import apply_job_retention
         from state_store.testing.killpoints import kill_switch_from_env
 
         plan = apply_job_retention(
-            self.load(), self.hook().get_store(), run_clock(context), kill=kill_switch_from_env()
+            job, store, run_clock(context), kill=kill_switch_from_env(), lease_token=token
         )
         return self.summary(
             "apply_retention",

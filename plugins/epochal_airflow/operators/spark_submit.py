@@ -95,7 +95,7 @@ class SparkSubmitEpochOperator(SparkSubmitOperator):
             hook._env_vars = {**(hook._env_vars or {}), **self._credential_env}
         return hook
 
-    def execute(self, context: Any) -> dict[str, Any]:  # type: ignore[override]  # XCom: the summary
+    def execute(self, context: Any, event: Any = None) -> dict[str, Any]:  # type: ignore[override]
         from epochal_airflow.operators.checkpoint import run_clock
 
         value = context["ti"].xcom_pull(task_ids=self.trigger_task_id)
@@ -106,12 +106,50 @@ class SparkSubmitEpochOperator(SparkSubmitOperator):
         n = int(value["checkpoint_id"])
         store = EpochalStoreHook(self.store_uri, self.store_conn_id)
         self._credential_env = store.credential_env()
+        lease = self._hold_lease(context, store)
         self.application_args = [
             "--job", self.job_ref,
             "--store", store.resolved_uri(),
             "--checkpoint", str(n),
             "--now-ms", str(run_clock(context).now_ms()),
+            "--lease-token", str(lease.token),
         ]  # fmt: skip
+        try:
+            return self._submit(context, n)
+        except BaseException:
+            if int(context["ti"].try_number) > int(self.retries or 0):
+                lease.release()
+            else:
+                lease.detach()
+            raise
+        finally:
+            lease.detach()  # kept for the run's next task
+
+    def _hold_lease(self, context: Any, store: EpochalStoreHook) -> Any:
+        """The job's lease for this DAG run, renewed while spark-submit runs (see ``checkpoint``)."""
+        from epochal_airflow.operators.checkpoint import AIRFLOW_LEASE_TTL_MS
+        from epochal_airflow.triggers.lease import LeaseFreeTrigger
+        from spark_jobs.jobs.loading import load_job
+        from state_store.core.lease import LeaseHeldError
+        from state_store.lease_keeper import HeldLease
+
+        job = load_job(self.job_ref)
+        ti = context["ti"]
+        holder = f"airflow:{ti.dag_id}:{context['run_id']}"
+        held = HeldLease(
+            store.get_store(), job.job_id, holder, f"{ti.dag_id}.{ti.task_id}",
+            max_parallelism=job.max_parallelism, ttl_ms=AIRFLOW_LEASE_TTL_MS,
+        )  # fmt: skip
+        try:
+            held.acquire()
+        except LeaseHeldError as busy:
+            self.log.info("epochal run_epoch: %s; deferring until the job's lease is free", busy)
+            self.defer(
+                trigger=LeaseFreeTrigger(store.resolved_uri(), job.job_id, holder, 5.0), method_name="execute"
+            )
+        return held
+
+    def _submit(self, context: Any, n: int) -> dict[str, Any]:
         ensure_spark_submit_on_path()
         self._hook = self._get_hook()  # built now, with this run's arguments and environment
         if self._hook._connection.get("deploy_mode") == "cluster":

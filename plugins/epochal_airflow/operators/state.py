@@ -24,15 +24,21 @@ class TriggerSavepointOperator(EpochalOperator):
         super().__init__(**kwargs)
         self.name, self.savepoint_format, self.stop = name, savepoint_format, stop
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import abort_abandoned, take_savepoint
 
         hook = self.hook()
-        store, job, clock = hook.get_store(), self.load(), run_clock(context)
-        abort_abandoned(job, store, clock, f"savepoint-{self.name}")
+        clock = run_clock(context)
+        abort_abandoned(job, store, clock, f"savepoint-{self.name}", lease_token=token)
         stop = str(self.stop).lower() == "true"
         info = take_savepoint(
-            job, hook.resolved_uri(), clock, self.name, fmt=self.savepoint_format, stop=stop
+            job,
+            hook.resolved_uri(),
+            clock,
+            self.name,
+            fmt=self.savepoint_format,
+            stop=stop,
+            lease_token=token,
         )
         return self.summary("savepoint", **info)
 
@@ -67,7 +73,13 @@ class RestoreOperator(EpochalOperator):
         self.plan_only = dry_run  # not ``dry_run``: BaseOperator has a method of that name
         self.allow_non_restored_state = allow_non_restored_state
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any, event: Any = None) -> Any:
+        if str(self.plan_only).lower() == "true":  # a dry run changes nothing: no lease
+            job = self.load()
+            return self.execute_leased(context, job, self.hook().get_store(), None)
+        return super().execute(context, event)
+
+    def execute_leased(self, context: Any, job: Any, store: Any, token: int | None) -> dict[str, Any]:
         from spark_jobs.restore import RestoreRequest, restore
 
         uid_map = self.uid_map if isinstance(self.uid_map, dict) else json.loads(self.uid_map or "{}")
@@ -82,12 +94,13 @@ class RestoreOperator(EpochalOperator):
         hook = self.hook()
         hook.export_credentials()
         report = restore(
-            self.load(),
+            job,
             hook.resolved_uri(),
             run_clock(context),
             request,
             parallelism=parallelism,
             request_id=context["run_id"],
+            lease_token=token,
         )
         self.log.info("epochal restore plan:\n%s", report.plan.render_table())
         if not report.plan.ok:
@@ -114,18 +127,32 @@ class BackfillOperator(EpochalOperator):
         super().__init__(**kwargs)
         self.savepoint, self.new_job_id, self.until_ms, self.epochs = savepoint, new_job_id, until_ms, epochs
 
-    def execute(self, context: Any) -> dict[str, Any]:
+    def execute(self, context: Any, event: Any = None) -> dict[str, Any]:
+        """The lease is the new job's (the backfill changes nothing of the production job)."""
+        from epochal_airflow.triggers.lease import LeaseFreeTrigger
         from spark_jobs.backfill import backfill
+        from state_store.core.lease import LeaseHeldError
 
         hook = self.hook()
         hook.export_credentials()
         until = int(self.until_ms) if self.until_ms not in (None, "", "None") else None
-        report = backfill(
-            self.load(),
-            hook.resolved_uri(),
-            str(self.savepoint),
-            str(self.new_job_id),
-            until_ms=until,
-            epochs=int(self.epochs),
-        )
+        holder = f"airflow:{context['ti'].dag_id}:{context['run_id']}"
+        try:
+            report = backfill(
+                self.load(),
+                hook.resolved_uri(),
+                str(self.savepoint),
+                str(self.new_job_id),
+                until_ms=until,
+                epochs=int(self.epochs),
+                holder=holder,
+            )
+        except LeaseHeldError as busy:
+            self.log.info("epochal backfill: %s; deferring until the job's lease is free", busy)
+            self.defer(
+                trigger=LeaseFreeTrigger(
+                    hook.resolved_uri(), str(self.new_job_id), holder, self.lease_poll_s
+                ),
+                method_name="execute",
+            )
         return self.summary("backfill", **report)

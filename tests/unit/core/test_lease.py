@@ -152,12 +152,15 @@ def test_a_zombie_coordinator_cannot_commit_after_a_takeover() -> None:
 
 def test_a_commit_without_a_lease_is_refused_while_somebody_holds_it() -> None:
     job = make_job()
-    acquire(JobRecords(job.store, job.job_id), "a", "epochal run", NOW)
     n = job.coordinator.trigger(list(TASKS)).checkpoint_id
     job.coordinator.start_attempt(n)
     job.ack_all(n)
+    acquire(JobRecords(job.store, job.job_id), "a", "epochal run", NOW)
     with pytest.raises(LeaseLostError, match="refused a change made under no lease"):
         job.coordinator.complete(n)
+    with pytest.raises(LeaseLostError):
+        job.coordinator.start_attempt(n)
+    assert job.coordinator.decision(n) is None
 
 
 def test_the_lease_lives_in_the_checksummed_job_record() -> None:
