@@ -274,29 +274,33 @@ class RestoreReport:
     checkpoint_id: int | None = None  # the imported checkpoint (None for a dry run)
 
 
-def restore(
+@dataclass
+class _Prepared:
+    job: Job
+    declared: int
+    snapshot: Snapshot
+    plan: RestorePlan
+    damaged: ChainHeadError | None
+
+
+def _prepare(
     job: Job,
+    store: ObjectStore,
     store_uri: str,
     clock: Clock,
     request: RestoreRequest,
-    *,
-    parallelism: int | None = None,
-    request_id: str = "",
-    lease_token: int | None = None,
-    hold: HeldLease | None = None,
-) -> RestoreReport:
-    """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring.
-
-    The caller holds the job's lease (``lease_token``), or passes ``hold``: the lease is then
-    taken only once the plan is accepted, so a refused restore changes nothing at all."""
-    check_location(store_uri, request.source, request)
-    store = open_store(store_uri)
+    parallelism: int | None,
+) -> _Prepared:
+    """Steps 1-2 (read only): the snapshot, the plan, and why the latest checkpoint is unusable."""
     damaged = damaged_head(job, store, clock)
-    if damaged is not None and (request.source == "latest" or not request.force):
-        raise SnapshotError(
-            str(damaged)
-            if request.source == "latest"
-            else f"{damaged} (pass --force to restore from {request.source} anyway)"
+    if damaged is not None and request.source == "latest":
+        raise damaged
+    if damaged is not None and not request.force:
+        raise ChainHeadError(
+            f"{damaged} (pass --force to restore from {request.source} anyway)",
+            damaged.checkpoint_id,
+            damaged.key,
+            damaged.base,
         )
     snapshot = load_snapshot(job, store, store_uri, request.source, clock)
     declared = job.parallelism
@@ -312,32 +316,67 @@ def restore(
         allow_foreign=request.allow_foreign,
     )
     plan = plan_restore(job_shape(job), snapshot_shape(snapshot), options)
-    if request.dry_run:
-        return RestoreReport(plan)
-    plan.raise_if_refused()
+    return _Prepared(job, declared, snapshot, plan, damaged)
+
+
+def _accept(prepared: _Prepared, request: RestoreRequest) -> None:
+    """Refuse a plan that loses state, or a snapshot that fails validation (unless forced)."""
+    prepared.plan.raise_if_refused()
     if not request.force:
         from spark_jobs.checks import validate_snapshot_of
 
-        result = validate_snapshot_of(job, snapshot)
+        result = validate_snapshot_of(prepared.job, prepared.snapshot)
         if not result.passed:
             raise SnapshotError(
-                f"the snapshot at {snapshot.location} fails validation ({result.summary_line()}): "
+                f"the snapshot at {prepared.snapshot.location} fails validation ({result.summary_line()}): "
                 "restore from another snapshot, or pass --force to restore it anyway"
             )
-    retract_after = None
-    if damaged is not None:  # at least the damaged checkpoint's output: it is reprocessed
-        known = snapshot.checkpoint_id if snapshot.kind == "checkpoint" else None
-        retract_after = known if known is not None else damaged.checkpoint_id - 1
+
+
+def restore(
+    job: Job,
+    store_uri: str,
+    clock: Clock,
+    request: RestoreRequest,
+    *,
+    parallelism: int | None = None,
+    request_id: str = "",
+    lease_token: int | None = None,
+    hold: HeldLease | None = None,
+) -> RestoreReport:
+    """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring.
+
+    The caller holds the job's lease (``lease_token``), or passes ``hold``: the lease is then taken
+    only once the plan is accepted, so a refused restore changes nothing at all; and since the job
+    may have moved on while it waited for the lease, ``latest`` is read again under the lease (the
+    restore imports the latest checkpoint at the time it commits, never an older one it saw first).
+    """
+    check_location(store_uri, request.source, request)
+    store = open_store(store_uri)
+    prepared = _prepare(job, store, store_uri, clock, request, parallelism)
+    if request.dry_run:
+        return RestoreReport(prepared.plan)
+    _accept(prepared, request)
     with hold if hold is not None else contextlib.nullcontext() as held:
+        if held is not None and request.source == "latest":
+            seen = prepared.snapshot.checkpoint_id
+            prepared = _prepare(job, store, store_uri, clock, request, parallelism)
+            if prepared.snapshot.checkpoint_id != seen:
+                _accept(prepared, request)
+        retract_after = None
+        if prepared.damaged is not None:  # at least the damaged checkpoint's output: it is reprocessed
+            snapshot = prepared.snapshot
+            known = snapshot.checkpoint_id if snapshot.kind == "checkpoint" else None
+            retract_after = known if known is not None else prepared.damaged.checkpoint_id - 1
         n = import_snapshot(
-            job,
+            prepared.job,
             store,
             clock,
-            snapshot,
+            prepared.snapshot,
             request,
             request_id or f"restore-{clock.now_ms()}",
-            declared_parallelism=declared,
+            declared_parallelism=prepared.declared,
             lease_token=held.token if held is not None else lease_token,
             retract_after=retract_after,
         )
-    return RestoreReport(plan, n)
+    return RestoreReport(prepared.plan, n)
