@@ -342,7 +342,9 @@ def load_head(
     """Load the chain head; ChainHeadError (the file, the reason, the remedy) if it cannot be used."""
     key = layout.metadata(checkpoint_id)
     try:
-        return load_completed(store, layout, checkpoint_id, deep=deep)
+        completed = load_completed(store, layout, checkpoint_id, deep=deep)
+        _check_against_its_records(store, layout, completed)
+        return completed
     except ObjectNotFound:
         if store.head(layout.decision(checkpoint_id)) is None:
             problem = "was committed but its commit was interrupted before the decision was written"
@@ -367,6 +369,37 @@ def load_head(
             key,
             base,
         ) from None
+
+
+def _check_against_its_records(store: ObjectStore, layout: JobLayout, completed: CompletedCheckpoint) -> None:
+    """ManifestError unless the head's metadata agrees with its trigger record and its decision
+    (a body edited with a recomputed checksum still contradicts them): generation, base, input cut
+    and trigger time as triggered; completion time and attempt as decided."""
+    from state_store.core.manifests import DecisionRecord, PendingRecord
+
+    meta, n = completed.metadata, completed.checkpoint_id
+    pending = documents.read(store, layout.pending(n), PendingRecord)
+    decision = documents.read_optional(store, layout.decision(n), DecisionRecord)
+    wrong = [
+        name
+        for name, ours, theirs in (
+            ("generation", meta.generation, pending.generation),
+            ("base", meta.positions.get("base"), pending.positions.get("base")),
+            ("input positions", meta.positions.get("ranges"), pending.positions.get("ranges")),
+            ("trigger time", meta.trigger_ms, pending.trigger_ms),
+        )
+        if ours != theirs
+    ]
+    if decision is not None:
+        if meta.completed_ms != decision.decided_ms:
+            wrong.append("completion time (its decision)")
+        if any(t.attempt != decision.attempt for t in meta.tasks):
+            wrong.append("attempt (its decision)")
+    if wrong:
+        raise ManifestError(
+            f"metadata document {completed.metadata_key!r} contradicts its checkpoint's records "
+            f"({', '.join(wrong)}): it was altered"
+        )
 
 
 def _base_of(store: ObjectStore, layout: JobLayout, checkpoint_id: int) -> int | None:
