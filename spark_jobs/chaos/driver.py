@@ -34,7 +34,7 @@ from spark_jobs.runtime import cycle
 from spark_jobs.runtime.plan import EpochPlan
 from state_store.core.coordinator import Gate
 from state_store.core.jobrecord import JobRecords
-from state_store.core.lease import DEFAULT_TTL_MS, acquire, release
+from state_store.core.lease import DEFAULT_TTL_MS, LeaseHeldError, acquire, release
 from state_store.core.manifests import Lease
 from state_store.core.ports import NO_KILL, KillSwitch
 from state_store.lease_keeper import takeover_rule
@@ -112,6 +112,16 @@ class Driver:
             takeover=takeover_rule(holder),
         )
 
+    def take_lease_or_defer(self, holder: str, command: str) -> Lease:
+        """As an Airflow task does: a busy job defers the task until the lease can be taken (here:
+        the lease clock moves past the holder's expiry, as the triggerer's waiting would)."""
+        try:
+            return self.take_lease(holder, command)
+        except LeaseHeldError as busy:
+            self.note(f"info:deferred until the lease expires ({busy.lease.holder})")
+            self.lease_clock.advance(max(0, busy.lease.expires_ms - self.lease_clock.now_ms()) + 1)
+            return self.take_lease(holder, command)
+
     @property
     def token(self) -> int | None:
         """The fencing token of the current DAG run's newest task."""
@@ -173,7 +183,7 @@ class Driver:
         job, store, clock = self.job, self.store, self.clock
         kill = self._kill()
         try:
-            self.lease = self.take_lease(self.holder(run_id), name)
+            self.lease = self.take_lease_or_defer(self.holder(run_id), name)
             token = self.lease.token
             if name == "trigger":
                 cycle.abort_abandoned(job, store, clock, run_id, lease_token=token)

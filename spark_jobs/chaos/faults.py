@@ -15,6 +15,8 @@ or scripted actions of a :class:`TickPlan`. Every random choice comes from the e
   ``zombie_coordinator`` -- a coordinator that decided COMPLETE and died resumes one epoch later
   and finishes its (stale) completion; ``racing_coordinators`` -- a second DAG run of the same job
   races the first; ``gx_failure`` -- the validation gate fails after the sinks pre-committed.
+* ``op_*`` -- operator actions (``spark_jobs.chaos.operators``): other commands, dead and zombie
+  lease holders, an Airflow restore run during an epoch run.
 """
 
 from __future__ import annotations
@@ -82,6 +84,10 @@ def arm(event: FaultEvent, driver: Driver, plan: TickPlan) -> None:
         _zombie_coordinator(plan)
     elif kind == "racing_coordinators":
         _racing(rng, plan)
+    elif kind.startswith("op_"):
+        from spark_jobs.chaos.operators import arm_operator_action
+
+        arm_operator_action(event, driver, plan)
     else:  # pragma: no cover - FaultEvent validates kinds
         raise ValueError(f"fault kind {kind!r} has no injector")
 

@@ -130,6 +130,8 @@ class Checker:
         regular = sorted((i for i, m in metas.items() if not m.properties.savepoint), reverse=True)
         keep = set(regular[: self.job.retained_checkpoints])
         keep |= {i for i, m in metas.items() if m.properties.savepoint}
+        pins = (self.layout.pinned_id_of(info.key) for info in self.store.list(self.layout.pins_prefix))
+        keep |= {i for i in pins if i is not None}  # pinned (a NO_CLAIM restore, an operator)
         if self.latest_seen:
             keep.add(self.latest_seen)
         return keep & set(metas)
@@ -208,6 +210,8 @@ class Checker:
         for checkpoint_id in sorted(self.retained_ids()):
             meta = metas[checkpoint_id]
             cut = positions_key(meta)
+            if meta.properties.savepoint and all(end == 0 for _, end in cut):
+                continue  # a savepoint taken before the first epoch: the empty state
             if cut not in reference.states:
                 self.fail(
                     2, f"checkpoint {checkpoint_id} has an input cut the fault-free run never made: {cut}"

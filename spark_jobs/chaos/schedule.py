@@ -40,7 +40,20 @@ PROTOCOL_KINDS = (
     "racing_coordinators",
     "gx_failure",
 )
-FAULT_KINDS = KILL_KINDS + STORAGE_KINDS + PROTOCOL_KINDS
+OPERATOR_KINDS = (
+    "op_concurrent_runs",
+    "op_restore_during_epoch",
+    "op_savepoint_during_epoch",
+    "op_retention_during_epoch",
+    "op_backfill_into_the_job",
+    "op_zombie_holder_restore",
+    "op_dead_cli_holder",
+    "op_airflow_restore_during_epoch",
+    "op_double_trigger",
+)
+"""What operators do to a running job (issue 18): other commands at random points of an epoch,
+holders that die or come back as zombies, a restore DAG run during an epoch DAG run."""
+FAULT_KINDS = KILL_KINDS + STORAGE_KINDS + PROTOCOL_KINDS + OPERATOR_KINDS
 NEEDS_BASE = frozenset({"kill_restore", "kill_restore_twice"})
 
 

@@ -92,6 +92,11 @@ def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def continues(head: int | None, base: int | None) -> bool:
+    """The chain rule: a checkpoint may complete only if its base is still the chain head."""
+    return head == base
+
+
 class MasterHook(Protocol):
     """User callback that snapshots external state with each checkpoint (seed 001)."""
 
@@ -609,7 +614,7 @@ class CheckpointCoordinator:
             if pending.properties.savepoint:
                 return current
             head = current.head.checkpoint_id if current.chained and current.head is not None else None
-            if restore is None and current.chained and head != base:
+            if restore is None and current.chained and not continues(head, base):
                 outcome[:] = [
                     (
                         CheckpointFailureReason.BASE_SUPERSEDED,

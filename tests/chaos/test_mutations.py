@@ -11,6 +11,8 @@ import pytest
 
 import spark_jobs.runtime.subtask as subtask_module
 import state_store.core.cleaner as cleaner_module
+import state_store.core.coordinator as coordinator_module
+import state_store.core.jobrecord as jobrecord_module
 from spark_jobs.chaos.runner import ChaosConfig, ScheduleResult, reference, run_schedule
 from spark_jobs.chaos.schedule import FaultEvent, Schedule
 from spark_jobs.runtime import cycle
@@ -35,6 +37,8 @@ SCHEDULES = {
     "restore": one_fault("kill:after_ack", 1),
     "cleaner": one_fault("kill:after_ack", 0),
     "recovery": one_fault("kill:after_attempt", 0),
+    "zombie_holder": one_fault("op_zombie_holder_restore", 1, seed=7),
+    "double_trigger": one_fault("op_double_trigger", 1, seed=7),
 }
 
 
@@ -140,3 +144,28 @@ def test_a_coordinator_that_never_recovers_is_caught(monkeypatch: pytest.MonkeyP
     monkeypatch.setattr(CheckpointCoordinator, "failover", lambda self: self.recover())
     result = run_schedule(SCHEDULES["recovery"], CONFIG)
     assert 6 in invariants(result), result.violations
+
+
+def test_without_the_token_check_a_zombie_holder_commits_output_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 18's restore-during-a-run: the restore reads latest, the paused run wakes up as a zombie
+    and completes and notifies its epoch, the restore imports what it read. Only the fencing token
+    stops the zombie."""
+    monkeypatch.setattr(jobrecord_module, "check_token", lambda record, token: None)
+    result = run_schedule(SCHEDULES["zombie_holder"], CONFIG)
+    assert any("extra/duplicate" in v.message for v in result.violations if v.invariant == 1), (
+        result.violations
+    )
+
+
+def test_without_the_base_check_two_checkpoints_of_one_base_commit_output_twice(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two checkpoints continue one base (max_concurrent_checkpoints 2): only the chain's base check
+    stops the second from committing the same input again."""
+    monkeypatch.setattr(coordinator_module, "continues", lambda head, base: True)
+    result = run_schedule(SCHEDULES["double_trigger"], CONFIG)
+    assert any("extra/duplicate" in v.message for v in result.violations if v.invariant == 1), (
+        result.violations
+    )
