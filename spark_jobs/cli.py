@@ -38,6 +38,7 @@ from state_store.core.layout import JobLayout
 from state_store.core.lease import LeaseHeldError, LeaseLostError
 from state_store.lease_keeper import HeldLease, holder_id
 from state_store.storage import InvalidStoreURI, open_store
+from state_store.storage.uri import redact
 from state_store.testing.killpoints import InvalidFaultSpec, kill_switch_from_env
 
 
@@ -48,7 +49,10 @@ class UsageError(Exception):
 def _fmt_ms(ms: int | None) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds: show it, never die
+        return f"{ms} ms"
 
 
 def format_history(rows: Sequence[CheckpointSummary]) -> str:
@@ -73,6 +77,18 @@ def _simulated_clock(store: Any, job_id: str, start_ms: int) -> Any:
 
     rows = checkpoint_history(store, job_id)
     return ManualClock(max([start_ms, *(r.trigger_ms for r in rows)]))
+
+
+MAX_TIME_STEP_MS = 366 * 24 * 3600 * 1000
+
+
+def _check_time_step(args: argparse.Namespace) -> None:
+    step = getattr(args, "time_step_ms", None)
+    if step is not None and not 0 <= step <= MAX_TIME_STEP_MS:
+        raise UsageError(
+            f"--time-step-ms {step} is invalid: use 0..{MAX_TIME_STEP_MS} (at most a year of simulated "
+            "time per epoch; 0 replays the same cut)"
+        )
 
 
 def _lease(
@@ -139,6 +155,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = {"mode": args.mode} if args.mode else {}
     if args.epochs < 1:
         raise UsageError(f"--epochs {args.epochs} is invalid: run at least 1 epoch")
+    _check_time_step(args)
     job = load_job(args.job_ref, **options)
     reports = _run_epochs(job, args.store, args.epochs, args.executor, args.time_step_ms, args.json, args)
     if args.json:
@@ -151,9 +168,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_output(args: argparse.Namespace) -> int:
+    from spark_jobs.runtime.cycle import sink_specs_of_store
     from spark_jobs.sinks import export_committed
 
-    result = export_committed(open_store(args.store), args.job, args.sink, args.out)
+    store = _job_store(args)
+    sinks = sink_specs_of_store(store, args.job)
+    if args.sink not in sinks:
+        raise UsageError(
+            f"sink uid {args.sink!r} (--sink): job {args.job} has no sink of that uid in {store.uri} "
+            f"(sinks with output: {', '.join(sinks) or 'none'})"
+        )
+    result = export_committed(store, args.job, args.sink, args.out)
     print(
         json.dumps({"path": str(result.path), "rows": result.rows, "checkpoints": list(result.checkpoints)})
         if args.json
@@ -197,7 +222,7 @@ def _cmd_protocol_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_checkpoints(args: argparse.Namespace) -> int:
-    store = open_store(args.store)
+    store = _job_store(args)
     if args.action == "diff":
         if not (args.a and args.b):
             raise UsageError(
@@ -223,7 +248,7 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 def _cmd_report(args: argparse.Namespace) -> int:
     from spark_jobs.report import write_report
 
-    store = open_store(args.store)
+    store = _job_store(args)
     r = write_report(store, args.job, args.out, limit=args.limit, airflow_url=args.airflow_url)
     print(
         json.dumps({"path": str(r.path), "checkpoints": r.checkpoints, "rows": r.rows_shown})
@@ -236,8 +261,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 def _cmd_retention(args: argparse.Namespace) -> int:
     from spark_jobs.pins import pin_checkpoints, unpin_checkpoints
 
-    store = open_store(args.store)
-    _require_job(store, args.job)
+    store = _job_store(args)
     config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
     if args.dry_run:
         plan = apply_retention(
@@ -279,6 +303,14 @@ def _cmd_retention(args: argparse.Namespace) -> int:
     return 0
 
 
+def _job_store(args: argparse.Namespace) -> Any:
+    """The store of an existing job, opened without writing anything (a mistyped path or job id
+    is an error, never a new empty store)."""
+    store = open_store(args.store, must_exist=True)
+    _require_job(store, args.job)
+    return store
+
+
 def _require_job(store: Any, job_id: str) -> None:
     """A job id that never ran in this store is an error, not an empty answer."""
     from state_store.core.jobrecord import JobRecords
@@ -298,8 +330,7 @@ def _cmd_lease(args: argparse.Namespace) -> int:
     from state_store.core.jobrecord import JobRecords
     from state_store.core.lease import break_lease, current_lease, describe
 
-    store = open_store(args.store)
-    _require_job(store, args.job)
+    store = _job_store(args)
     records = JobRecords(store, args.job)
     if args.action == "show":
         lease = current_lease(records)
@@ -334,7 +365,7 @@ def _snapshot_of(args: argparse.Namespace, which: str) -> Any:
     from spark_jobs.snapshots import from_checkpoint, read_savepoint
 
     if which.isdigit():
-        return from_checkpoint(open_store(args.store), args.job, int(which), args.max_parallelism)
+        return from_checkpoint(_job_store(args), args.job, int(which), args.max_parallelism)
     return read_savepoint(which)
 
 
@@ -343,6 +374,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
     from spark_jobs.runtime.cycle import take_savepoint
     from spark_jobs.snapshots import savepoint_location
 
+    _check_time_step(args)
     job = load_job(args.job_ref)
     savepoint_location(args.store, job.job_id, args.name)  # a bad name is refused before the lease
     store = open_store(args.store)
@@ -365,14 +397,13 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 def _cmd_savepoints(args: argparse.Namespace) -> int:
     from spark_jobs.snapshots import dispose_savepoint, list_savepoints, savepoint_keys
 
-    store = open_store(args.store)
+    store = _job_store(args)
     if args.action == "list":
         rows = list_savepoints(store, args.job)
         print(json.dumps(rows) if args.json else "\n".join(r["name"] for r in rows) or "no savepoints")
         return 0
     if not args.name:
         raise UsageError("savepoints dispose needs --name NAME")
-    _require_job(store, args.job)
     savepoint_keys(store, args.job, args.name)  # refused before the lease: a typo changes nothing
     with _lease(store, args.job, "epochal savepoints dispose", args) as lease:
         from state_store.core.coordinator import CheckpointCoordinator
@@ -428,6 +459,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
     from spark_jobs.restore import RestoreRequest, restore
 
+    _check_time_step(args)
     job = load_job(args.job_ref)
     uid_map = {}
     for item in args.uid_map:
@@ -466,6 +498,7 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
     from spark_jobs.backfill import backfill
     from spark_jobs.jobs.loading import load_job
 
+    _check_time_step(args)
     job = load_job(args.job_ref)
     report = backfill(
         job,
@@ -649,8 +682,10 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 
 
 def _one_line(exc: BaseException) -> str:
-    """Errors that list several reasons (restore refusals) print as one line."""
-    return "; ".join(line.strip().lstrip("- ").strip() for line in str(exc).splitlines() if line.strip())
+    """Errors that list several reasons (restore refusals) print as one line, every
+    credential-shaped value redacted (a URI given with a secret in it is never echoed)."""
+    text = "; ".join(line.strip().lstrip("- ").strip() for line in str(exc).splitlines() if line.strip())
+    return redact(text)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -683,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"epochal: {_one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:
-        print(f"epochal: {type(exc).__name__}: {exc}", file=sys.stderr)
+        print(f"epochal: {type(exc).__name__}: {_one_line(exc)}", file=sys.stderr)
         return 1
 
 

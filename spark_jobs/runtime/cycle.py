@@ -165,6 +165,13 @@ def sink_specs(job: Job) -> dict[str, Any]:
     return specs
 
 
+def sink_specs_of_store(store: ObjectStore, job_id: str) -> list[str]:
+    """The uids of the sinks that have a commit log in the store (no job definition needed)."""
+    prefix = f"{JobLayout(job_id).root}sinks/"
+    uids = {info.key[len(prefix) :].split("/", 1)[0] for info in store.list(prefix)}
+    return sorted(uids)
+
+
 def expected_tasks(job: Job) -> list[TaskId]:
     """Who must acknowledge: every source partition, stateful operator subtask and sink subtask."""
     stages = job.graph.stages()

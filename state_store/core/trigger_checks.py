@@ -42,8 +42,25 @@ class TriggerFacts:
     has_new_input: bool = True
 
 
+MAX_TIME_MS = 253_402_300_799_999
+"""9999-12-31T23:59:59.999Z: a trigger time beyond it could never be shown as a date."""
+
+
+class InvalidClockError(ValueError):
+    """The clock reads a time outside 1970..9999: nothing is triggered."""
+
+
+def check_clock(job_id: str, now_ms: int) -> None:
+    if not isinstance(now_ms, int) or isinstance(now_ms, bool) or not 0 <= now_ms <= MAX_TIME_MS:
+        raise InvalidClockError(
+            f"job {job_id}: the clock reads {now_ms!r} ms, outside 1970-01-01..9999-12-31: nothing was "
+            "triggered; check --time-step-ms (or the clock the job runs with)"
+        )
+
+
 def check_trigger(facts: TriggerFacts) -> None:
     """Raise for the first failing pre-check (see module docstring); return if all pass."""
+    check_clock(facts.job_id, facts.now_ms)
     if facts.shutdown:
         raise CheckpointException(CheckpointFailureReason.COORDINATOR_SHUTDOWN)
     if facts.consecutive_failures > facts.tolerable_failures:
@@ -76,4 +93,4 @@ def check_trigger(facts: TriggerFacts) -> None:
         raise CheckpointException(CheckpointFailureReason.NO_NEW_INPUT)
 
 
-__all__ = ["TriggerFacts", "check_trigger"]
+__all__ = ["MAX_TIME_MS", "InvalidClockError", "TriggerFacts", "check_clock", "check_trigger"]

@@ -57,7 +57,10 @@ def dag_run_path(job_id: str, row: CheckpointRow) -> str | None:
 def fmt_ms(ms: int | None) -> str:
     if ms is None:
         return "-"
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S")
+    except (OverflowError, OSError, ValueError):  # a time no calendar holds: show it, never die
+        return f"{ms} ms"
 
 
 def fmt_duration(ms: float | None) -> str:

@@ -72,10 +72,13 @@ class LocalObjectStore:
     def __init__(self, root: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self._root = Path(root).absolute()
         self._fsync = fsync
+        if self._root.exists() and not self._root.is_dir():
+            raise StoreError(
+                f"local store {self._root} is a file, not a folder: point the store URI at a folder"
+            )
         self._tmp = self._root / _INTERNAL / "tmp"
         self._locks = self._root / _INTERNAL / "locks"
-        self._tmp.mkdir(parents=True, exist_ok=True)
-        self._locks.mkdir(parents=True, exist_ok=True)
+        self._ready = False  # the internal folders are made by the first write: reads write nothing
 
     @property
     def uri(self) -> str:
@@ -86,6 +89,12 @@ class LocalObjectStore:
         return self._root
 
     # -- helpers ---------------------------------------------------------------------------
+    def _prepare(self) -> None:
+        if not self._ready:
+            self._tmp.mkdir(parents=True, exist_ok=True)
+            self._locks.mkdir(parents=True, exist_ok=True)
+            self._ready = True
+
     def _path(self, key: str) -> Path:
         validate_key(key)
         if key.split("/", 1)[0] == _INTERNAL:
@@ -94,6 +103,7 @@ class LocalObjectStore:
 
     @contextmanager
     def _key_lock(self, key: str) -> Iterator[None]:
+        self._prepare()
         stripe = int(hashlib.sha1(key.encode()).hexdigest(), 16) % _LOCK_STRIPES
         fd = os.open(self._locks / f"{stripe:02d}.lock", os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -104,6 +114,7 @@ class LocalObjectStore:
 
     def _stage(self, key: str, data: bytes) -> Path:
         """Write ``data`` to a fresh temp file and fsync it; return its path."""
+        self._prepare()
         tmp = self._tmp / f"{uuid.uuid4().hex}.tmp"
         try:
             with open(tmp, "xb") as fh:

@@ -94,7 +94,7 @@ def test_bad_inputs_exit_2_with_one_line(capsys: pytest.CaptureFixture[str]) -> 
 
 def test_show_of_a_missing_checkpoint_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["checkpoints", "show", "--store", tmp_path.as_uri(), "--job", "j", "--id", "9"]) == 2
-    assert "not found" in capsys.readouterr().err
+    assert "job 'j' has no state" in capsys.readouterr().err  # an unknown job is an error (issue 18)
 
 
 def test_run_then_output_exports_the_committed_rows(tmp_path: Path) -> None:

@@ -1,0 +1,92 @@
+"""The job's lease in real Airflow (issue 18): an ``epochal_restore`` DAG run triggered while an
+``epochal_<job>`` DAG run holds the lease defers (the trigger waits in the triggerer, inline under
+``airflow dags test``) instead of failing, restores once the epoch run released the lease, and the
+epoch output stays exactly once. Each ``airflow dags test`` gets its own SQLite home; they share
+only the Epochal store, where the lease lives."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from state_store.core import JobRecords
+from state_store.storage import open_store
+from tests.integration.airflow.support import airflow_environment, dags_test, logical_date
+from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, new_clock, small_job
+
+pytestmark = pytest.mark.integration
+DAG = "epochal_clickstream"
+
+
+def reference_rows(epochs: int) -> list[tuple[object, ...]]:
+    import tempfile
+
+    uri = Path(tempfile.mkdtemp()).as_uri()
+    job, clock = small_job(), new_clock()
+    for _ in range(epochs):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    return committed_rows(uri, job)
+
+
+def test_a_restore_dag_run_during_an_epoch_dag_run_defers_then_restores_and_output_stays_exactly_once(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "store").as_uri()
+    epoch_env = airflow_environment(tmp_path_factory.mktemp("airflow_epoch"), EPOCHAL_STORE_URI=uri)
+    restore_env = airflow_environment(tmp_path_factory.mktemp("airflow_restore"), EPOCHAL_STORE_URI=uri)
+    first = dags_test(epoch_env, DAG, 1)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+
+    epoch = subprocess.Popen(
+        [epoch_env["AIRFLOW_BIN"], "dags", "test", DAG, logical_date(2)],
+        env=epoch_env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    records = JobRecords(open_store(uri), "clickstream")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:  # the epoch run took the lease in trigger_checkpoint
+        record = records.read()
+        if (
+            record is not None
+            and record.lease is not None
+            and record.lease.holder.startswith(f"airflow:{DAG}:")
+        ):
+            break
+        assert epoch.poll() is None, "the epoch DAG run ended before it was seen holding the lease"
+        time.sleep(0.2)
+    else:
+        pytest.fail("the epoch DAG run never held the job's lease")
+    restore = subprocess.run(
+        [
+            restore_env["AIRFLOW_BIN"],
+            "dags",
+            "test",
+            "epochal_restore",
+            logical_date(2),
+            "-c",
+            json.dumps({"source": "latest", "dry_run": False}),
+        ],
+        env=restore_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    epoch_logs, _ = epoch.communicate(timeout=600)
+    restore_logs = restore.stdout + restore.stderr
+    assert epoch.returncode == 0, epoch_logs[-3000:]
+    assert restore.returncode == 0, restore_logs[-3000:]
+    assert "deferring until the job's lease is free" in restore_logs
+    assert "running trigger in line" in restore_logs
+    assert "Task failed" not in restore_logs and "Task failed" not in epoch_logs
+    record = records.read()
+    assert record is not None and record.lease is None and record.generation == 2  # restored once
+    third = dags_test(epoch_env, DAG, 3)
+    assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
+    assert committed_rows(uri, small_job()) == reference_rows(3)
