@@ -268,6 +268,7 @@ def _cmd_retention(args: argparse.Namespace) -> int:
             store, args.job, config, SystemClock(), dry_run=True, pinned=frozenset(args.pin)
         )
     else:
+        kill = kill_switch_from_env()
         with _lease(store, args.job, "epochal retention", args) as lease:
             from state_store.core.coordinator import CheckpointCoordinator
 
@@ -283,7 +284,7 @@ def _cmd_retention(args: argparse.Namespace) -> int:
             except StoreError as exc:  # best effort, as in the cycle: retention still runs
                 print(f"epochal: warning: checkpoint history not archived: {exc}", file=sys.stderr)
             fence.fence()
-            plan = apply_retention(store, args.job, config, SystemClock(), kill=kill_switch_from_env())
+            plan = apply_retention(store, args.job, config, SystemClock(), kill=kill)
     report = {
         "retained": list(plan.retained),
         "discarded": list(plan.discarded),
@@ -301,6 +302,25 @@ def _cmd_retention(args: argparse.Namespace) -> int:
         + (f"; unpinned {report['unpinned']}" if args.unpin and not args.dry_run else "")
     )
     return 0
+
+
+def _max_parallelism(store: Any, args: argparse.Namespace) -> int:
+    """The job's key groups from its job record; an explicit ``--max-parallelism`` must match it
+    (another value would read a fraction of the state, or none)."""
+    from state_store.core.jobrecord import JobRecords
+
+    record = JobRecords(store, args.job).read()
+    recorded = record.max_parallelism if record is not None else None
+    given = args.max_parallelism
+    if given is not None and recorded is not None and given != recorded:
+        raise UsageError(
+            f"--max-parallelism {given} does not match job {args.job}'s {recorded} (its job record): "
+            "leave the option out"
+        )
+    if given is not None and given < 1:
+        raise UsageError(f"--max-parallelism {given} is invalid: leave the option out")
+    value = given if given is not None else recorded
+    return value if value is not None else 128
 
 
 def _job_store(args: argparse.Namespace) -> Any:
@@ -365,7 +385,8 @@ def _snapshot_of(args: argparse.Namespace, which: str) -> Any:
     from spark_jobs.snapshots import from_checkpoint, read_savepoint
 
     if which.isdigit():
-        return from_checkpoint(_job_store(args), args.job, int(which), args.max_parallelism)
+        store = _job_store(args)
+        return from_checkpoint(store, args.job, int(which), _max_parallelism(store, args))
     return read_savepoint(which)
 
 
@@ -377,6 +398,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
     _check_time_step(args)
     job = load_job(args.job_ref)
     savepoint_location(args.store, job.job_id, args.name)  # a bad name is refused before the lease
+    kill = kill_switch_from_env()
     store = open_store(args.store)
     with _lease(store, job.job_id, "epochal savepoint", args, job.max_parallelism) as lease:
         clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
@@ -389,6 +411,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
             executor=args.executor,
             stop=args.stop,
             lease_token=lease.token,
+            kill=kill,
         )
     print(json.dumps(info) if args.json else f"savepoint {info['name']} written to {info['location']}")
     return 0
@@ -426,7 +449,12 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     snapshot = _snapshot_of(args, str(args.checkpoint) if args.checkpoint is not None else args.savepoint)
     if snapshot.job_id != args.job:
         raise UsageError(f"the snapshot belongs to job {snapshot.job_id!r}, not {args.job!r}")
-    key = json.loads(args.key) if args.key is not None else None
+    try:
+        key = json.loads(args.key) if args.key is not None else None
+    except json.JSONDecodeError as exc:
+        raise UsageError(
+            f"--key {args.key!r} is not JSON ({exc.msg}): quote a string key, e.g. --key '\"u1\"'"
+        ) from None
     frame = operator_state(snapshot, args.operator, key=key)
     if args.out.endswith(".parquet"):
         frame.to_parquet(args.out, index=False)
@@ -479,7 +507,8 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     store = open_store(args.store)
     clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
     hold = None if args.dry_run else _lease(store, job.job_id, "epochal restore", args, job.max_parallelism)
-    report = restore(job, args.store, clock, request, parallelism=args.parallelism, hold=hold)
+    kill = kill_switch_from_env()  # validated before anything changes
+    report = restore(job, args.store, clock, request, parallelism=args.parallelism, hold=hold, kill=kill)
     if args.json:
         print(json.dumps({"plan": report.plan.to_json(), "checkpoint_id": report.checkpoint_id}))
     else:
@@ -573,7 +602,9 @@ def build_parser() -> argparse.ArgumentParser:
     chk.add_argument("--id", type=int, help="checkpoint id (show)")
     chk.add_argument("a", nargs="?", help="diff: checkpoint id or savepoint location")
     chk.add_argument("b", nargs="?", help="diff: checkpoint id or savepoint location")
-    chk.add_argument("--max-parallelism", type=int, default=128)
+    chk.add_argument(
+        "--max-parallelism", type=int, default=None, help="key groups of the job (default: its job record's)"
+    )
     chk.set_defaults(func=_cmd_checkpoints)
 
     rep = sub.add_parser("report", help="write a self-contained HTML page of a job's checkpoints")
@@ -657,7 +688,9 @@ def build_parser() -> argparse.ArgumentParser:
     ins.add_argument("--operator", required=True, help="operator uid")
     ins.add_argument("--key", help="one key, as JSON (e.g. '\"u1\"')")
     ins.add_argument("--out", required=True, help="file.parquet or file.json")
-    ins.add_argument("--max-parallelism", type=int, default=128)
+    ins.add_argument(
+        "--max-parallelism", type=int, default=None, help="key groups of the job (default: its job record's)"
+    )
     ins.set_defaults(func=_cmd_inspect)
 
     chaos = sub.add_parser("chaos", help="seeded random fault schedules checked against the invariants")

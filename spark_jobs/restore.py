@@ -46,7 +46,7 @@ from state_store.core.failures import CheckpointFailureReason
 from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import AckRecord, StateHandle, TaskId
-from state_store.core.ports import Clock, ObjectStore
+from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
 from state_store.core.restore_plan import (
@@ -137,13 +137,14 @@ def import_snapshot(
     declared_parallelism: int | None = None,
     lease_token: int | None = None,
     retract_after: int | None = None,
+    kill: KillSwitch = NO_KILL,
 ) -> int:
     """Steps 3-6 of the module docstring; returns the id of the imported checkpoint.
 
     ``declared_parallelism``: the job definition's parallelism (``job`` may be rescaled);
     ``retract_after``: withdraw the sinks' commits above this checkpoint (step 5)."""
-    coordinator = coordinator_for(job, store, clock, lease_token=lease_token)
-    responder = TaskCheckpointResponder(store, job.job_id)
+    coordinator = coordinator_for(job, store, clock, kill, lease_token=lease_token)
+    responder = TaskCheckpointResponder(store, job.job_id, kill=kill)
     coordinator.abort_undecided(CheckpointFailureReason.JOB_FAILOVER, f"restore {request_id}")
     renamed = {request.uid_map.get(uid, uid): op for uid, op in snapshot.operators.items()}
     ranges = {k: [end, end] for k, end in snapshot.positions.items()}
@@ -343,6 +344,7 @@ def restore(
     request_id: str = "",
     lease_token: int | None = None,
     hold: HeldLease | None = None,
+    kill: KillSwitch = NO_KILL,
 ) -> RestoreReport:
     """Plan, then (unless ``dry_run`` or refused) import the snapshot -- see the module docstring.
 
@@ -378,5 +380,6 @@ def restore(
             declared_parallelism=prepared.declared,
             lease_token=held.token if held is not None else lease_token,
             retract_after=retract_after,
+            kill=kill,
         )
     return RestoreReport(prepared.plan, n)

@@ -213,7 +213,12 @@ def read_savepoint(location: str) -> Snapshot:
         body = decode_document(raw, SAVEPOINT_KIND, _Body, key=f"{location}/_metadata.json").body
     except ManifestError as exc:
         raise SnapshotError(str(exc)) from None
-    maxp = int(body["max_parallelism"])
+    maxp = body["max_parallelism"]
+    if not isinstance(maxp, int) or isinstance(maxp, bool) or not 1 <= maxp <= 32_768:
+        raise SnapshotError(
+            f"savepoint {location}/_metadata.json has max_parallelism {maxp!r}: it must be an integer "
+            "1..32768; the manifest was altered: take the savepoint again"
+        )
     operators: dict[str, OperatorState] = {}
     for uid, entry in body["operators"].items():
         keyed = None

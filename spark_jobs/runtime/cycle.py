@@ -598,6 +598,7 @@ def take_savepoint(
     request_id: str = "",
     stop: bool = False,
     lease_token: int | None = None,
+    kill: KillSwitch = NO_KILL,
 ) -> dict[str, Any]:
     """Trigger a savepoint (forced, always aligned, at the latest checkpoint's positions), run its
     epoch, complete it, and write it self-contained to ``<root>/<job>/savepoints/<name>/``.
@@ -608,12 +609,13 @@ def take_savepoint(
     location = savepoint_location(store_uri, job.job_id, name)  # a bad name is refused before any write
     store = open_store(store_uri)
     request = request_id or f"savepoint-{name}"
-    pending = trigger_epoch(job, store, clock, request_id=request, savepoint=True, lease_token=lease_token)
-    assert pending is not None  # forced: never skipped
-    run_epoch(
-        job, store_uri, pending.checkpoint_id, clock, executor=executor, spark=spark, lease_token=lease_token
+    pending = trigger_epoch(
+        job, store, clock, request_id=request, savepoint=True, lease_token=lease_token, kill=kill
     )
-    result = complete_epoch(job, store, clock, pending.checkpoint_id, lease_token=lease_token)
+    assert pending is not None  # forced: never skipped
+    n = pending.checkpoint_id
+    run_epoch(job, store_uri, n, clock, executor=executor, spark=spark, lease_token=lease_token, kill=kill)
+    result = complete_epoch(job, store, clock, n, lease_token=lease_token, kill=kill)
     if result.status != "completed" or result.checkpoint is None:
         raise RuntimeError(
             f"savepoint {name!r} failed: checkpoint {pending.checkpoint_id} {result.status}: {result.message}"

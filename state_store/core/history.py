@@ -26,7 +26,11 @@ class CheckpointSummary:
 
     @property
     def duration_ms(self) -> int | None:
-        return None if self.end_ms is None else self.end_ms - self.trigger_ms
+        """None while running -- and when the end precedes the trigger (the decision was taken on
+        another clock, e.g. a restore's): a duration is never negative."""
+        if self.end_ms is None or self.end_ms < self.trigger_ms:
+            return None
+        return self.end_ms - self.trigger_ms
 
 
 def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummary]:

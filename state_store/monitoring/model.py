@@ -56,8 +56,11 @@ class CheckpointRow:
 
     @property
     def duration_ms(self) -> int | None:
-        """End-to-end duration: trigger to completion (or to the abort decision)."""
-        return None if self.end_ms is None else self.end_ms - self.trigger_ms
+        """End-to-end duration: trigger to completion (or to the abort decision); None when the
+        end precedes the trigger (decided on another clock): never negative."""
+        if self.end_ms is None or self.end_ms < self.trigger_ms:
+            return None
+        return self.end_ms - self.trigger_ms
 
     def to_json(self) -> dict[str, Any]:
         return {
