@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -326,6 +327,7 @@ def _max_parallelism(store: Any, args: argparse.Namespace) -> int:
 def _job_store(args: argparse.Namespace) -> Any:
     """The store of an existing job, opened without writing anything (a mistyped path or job id
     is an error, never a new empty store)."""
+    JobLayout(args.job)  # an unsafe job id is refused before the store is looked at
     store = open_store(args.store, must_exist=True)
     _require_job(store, args.job)
     return store
@@ -717,8 +719,8 @@ def _cmd_chaos(args: argparse.Namespace) -> int:
 def _one_line(exc: BaseException) -> str:
     """Errors that list several reasons (restore refusals) print as one line, every
     credential-shaped value redacted (a URI given with a secret in it is never echoed)."""
-    text = "; ".join(line.strip().lstrip("- ").strip() for line in str(exc).splitlines() if line.strip())
-    return redact(text)
+    lines = (re.sub(r"^- ", "", line.strip()) for line in str(exc).splitlines() if line.strip())
+    return redact("; ".join(lines))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -24,7 +24,11 @@ How each guarantee of the port is met:
   (folder markers made by other tools) are skipped.
 * transient failures -- botocore's ``standard`` retry mode (bounded exponential backoff with
   jitter on throttling, 5xx, timeouts and connection errors) with ``max_attempts`` attempts in
-  total; whatever is left becomes :class:`TransientStoreError` with a one-line message.
+  total; whatever is left becomes :class:`TransientStoreError` with a one-line message. Every wait
+  is bounded: a connect and a read timeout per attempt, so an unresponsive server (a paused
+  process accepts connections and never answers) fails a request within
+  ``max_attempts * (connect_timeout + read_timeout)`` plus the backoff -- about a minute by default
+  (``request_deadline_s``), never a hang.
 * credentials -- explicit ``access_key``/``secret_key`` or the standard boto3 chain (environment,
   profile, instance role). They never appear in :attr:`S3ObjectStore.uri`, ``repr``, logs or
   error messages.
@@ -157,9 +161,9 @@ class S3ObjectStore:
         region: str | None = None,
         access_key: str | None = None,
         secret_key: str | None = None,
-        max_attempts: int = 5,
-        connect_timeout: float = 5,
-        read_timeout: float = 30,
+        max_attempts: int = 4,
+        connect_timeout: float = 3,
+        read_timeout: float = 12,
         client: S3Client | None = None,
     ) -> None:
         """``max_attempts`` counts every attempt of one request, the first included.
@@ -184,6 +188,10 @@ class S3ObjectStore:
         self._endpoint_url = endpoint_url
         self._region = region
         self._max_attempts = max_attempts
+        #: The longest one request can take before it fails (retries and backoff included).
+        self.request_deadline_s = max_attempts * (connect_timeout + read_timeout) + sum(
+            min(2.0**i, 20.0) for i in range(max_attempts - 1)  # botocore's standard backoff caps
+        )
         self._secrets = tuple(s for s in (access_key, secret_key) if s)
         if client is None:
             config = Config(

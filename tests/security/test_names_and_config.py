@@ -147,3 +147,12 @@ def test_airflow_settings_with_wrong_values_are_refused_naming_the_variable(
 def test_airflow_settings_with_an_unknown_epochal_variable_are_refused_naming_it() -> None:
     with pytest.raises(ValueError, match="EPOCHAL_EXECUTER"):
         _settings({"EPOCHAL_EXECUTER": "local"})
+
+
+def test_an_unresponsive_s3_server_fails_a_request_within_a_bounded_time() -> None:
+    """A paused server accepts connections and never answers: every request must give up (connect
+    and read timeouts on every attempt, bounded retries) well before two minutes."""
+    from state_store.storage import open_store
+
+    store = open_store("s3://bucket/prefix?endpoint_url=http://127.0.0.1:9")
+    assert store.request_deadline_s <= 90  # type: ignore[attr-defined]
