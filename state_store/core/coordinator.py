@@ -39,7 +39,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from state_store.core import documents, killpoints
+from state_store.core import documents, failure_manager, killpoints
 from state_store.core.ack_bundles import AckRead, read_acks
 from state_store.core.codec import ManifestError
 from state_store.core.completed import (
@@ -83,8 +83,6 @@ from state_store.core.properties import CheckpointProperties
 from state_store.core.trigger_checks import TriggerFacts, check_trigger
 
 _ID_RACE_RETRIES = 16
-#: Aborts that say nothing about the job's health (as Flink's CheckpointFailureManager ignores them).
-_NOT_COUNTED = {CheckpointFailureReason.CHECKPOINT_SUBSUMED.name, CheckpointFailureReason.JOB_FAILOVER.name}
 _CAS_RETRIES = 16
 
 
@@ -313,23 +311,10 @@ class CheckpointCoordinator:
         return completed.latest()
 
     def consecutive_failures(self) -> int:
-        """Checkpoints of the current generation aborted since the newest completed one
-        (aborts that say nothing about the job's health are not counted, as Flink's
-        CheckpointFailureManager ignores them)."""
-        generation = self.job().generation
-        count = 0
-        for checkpoint_id in reversed(self.checkpoint_ids()):
-            decision = self.decision(checkpoint_id)
-            if decision is None:
-                continue
-            if decision.outcome is Outcome.COMPLETE:
-                break
-            pending = self.pending_record(checkpoint_id)
-            if pending.generation != generation or pending.properties.savepoint:
-                continue
-            if decision.reason not in _NOT_COUNTED:
-                count += 1
-        return count
+        """Checkpoints of the current generation that failed in a row (``failure_manager``)."""
+        return failure_manager.consecutive_failures(
+            list(reversed(self.checkpoint_ids())), self.job().generation, self.decision, self.pending_record
+        )
 
     # -- trigger -----------------------------------------------------------------------------
     def trigger(
@@ -543,10 +528,7 @@ class CheckpointCoordinator:
             )
         if not checkpoint.is_fully_acknowledged:
             return CompletionResult(checkpoint_id, "in_progress", acked, expected, ack_results=results)
-        candidate = PendingCheckpoint(pending, attempt)
-        for ack in checkpoint.acknowledged.values():
-            candidate.acknowledge(ack)
-        metadata = candidate.finalize(self.clock.now_ms())
+        metadata = checkpoint.finalize(self.clock.now_ms())
         problems = verify_handles(
             self.store, metadata, deep=self.config.verify_sha256, concurrency=self._reads
         )
@@ -567,11 +549,11 @@ class CheckpointCoordinator:
             # by a check): the decision stands, so the chain goes back to where it was.
             self._uncommit(checkpoint_id, pending)
             return aborted(CheckpointFailureReason[stands.reason], stands.message)
-        # Our decision stands: the acks it was made on (create-only documents of this attempt,
-        # already read above) are the ones the metadata is built from (an equal decision of a
-        # racing try of the same commit is followed from storage: it may have another attempt).
+        # Our decision stands: the metadata built above from this attempt's acks (create-only
+        # documents) is the completed checkpoint (an equal decision of a racing try of the same
+        # commit is followed from storage: it may have another attempt).
         ours = stands.attempt == attempt and stands.decided_ms == metadata.completed_ms
-        result = self._follow(pending, stands, read if ours else None)
+        result = self._follow(pending, stands, metadata if ours else None)
         return CompletionResult(
             result.checkpoint_id,
             result.status,
@@ -687,12 +669,13 @@ class CheckpointCoordinator:
         self,
         pending: PendingRecord,
         decision: DecisionRecord,
-        read: list[AckRead] | None = None,
+        metadata: CompletedMetadata | None = None,
     ) -> CompletionResult:
         """Carry out a decision that stands: report an ABORT, roll a COMPLETE forward.
 
-        ``read``: the acks this very call decided COMPLETE on (see ``complete``); None when the
-        decision came from storage (another coordinator, or an earlier call): then they are read."""
+        ``metadata``: what this very call decided COMPLETE on (see ``complete``); None when the
+        decision came from storage (another coordinator, or an earlier call): then it is rebuilt
+        from the decided attempt's acks, byte for byte the same."""
         checkpoint_id = pending.checkpoint_id
         expected = len(pending.expected)
         if decision.outcome is Outcome.ABORT:
@@ -704,11 +687,12 @@ class CheckpointCoordinator:
                 CheckpointFailureReason[decision.reason],
                 decision.message,
             )
-        checkpoint = PendingCheckpoint(pending, decision.attempt)
-        self._classify(checkpoint, read if read is not None else self._read_acks(checkpoint_id))
+        if metadata is None:
+            checkpoint = PendingCheckpoint(pending, decision.attempt)
+            self._classify(checkpoint, self._read_acks(checkpoint_id))
+            metadata = checkpoint.finalize(decision.decided_ms)
         self.kill(killpoints.BEFORE_METADATA, checkpoint_id)
         if self.store.head(self.layout.metadata(checkpoint_id)) is None:
-            metadata = checkpoint.finalize(decision.decided_ms)
             try:
                 documents.create(self.store, self.layout.metadata(checkpoint_id), metadata)
             except ObjectAlreadyExists:

@@ -190,7 +190,8 @@ class S3ObjectStore:
         self._max_attempts = max_attempts
         #: The longest one request can take before it fails (retries and backoff included).
         self.request_deadline_s = max_attempts * (connect_timeout + read_timeout) + sum(
-            min(2.0**i, 20.0) for i in range(max_attempts - 1)  # botocore's standard backoff caps
+            min(2.0**i, 20.0)
+            for i in range(max_attempts - 1)  # botocore's standard backoff caps
         )
         self._secrets = tuple(s for s in (access_key, secret_key) if s)
         if client is None:

@@ -90,3 +90,27 @@ def test_a_restore_dag_run_during_an_epoch_dag_run_defers_then_restores_and_outp
     third = dags_test(epoch_env, DAG, 3)
     assert third.returncode == 0, third.stdout[-3000:] + third.stderr[-3000:]
     assert committed_rows(uri, small_job()) == reference_rows(3)
+
+
+def test_a_rescaling_restore_sticks_for_the_epoch_dag(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path
+) -> None:
+    """After ``restore --parallelism 3`` every later epoch DAG run runs 3 subtasks per keyed stage
+    (the job's code still says 2), and the trigger task's log says so."""
+    from spark_jobs.restore import RestoreRequest, restore
+    from state_store.core import CompletedCheckpointStore, JobLayout
+
+    uri = (tmp_path / "store").as_uri()
+    env = airflow_environment(tmp_path_factory.mktemp("airflow_rescale"), EPOCHAL_STORE_URI=uri)
+    assert dags_test(env, DAG, 1).returncode == 0
+    clock = new_clock()
+    clock.advance(STEP_MS)
+    restore(small_job(), uri, clock, RestoreRequest(source="latest"), parallelism=3)
+    for epoch in (2, 3):
+        result = dags_test(env, DAG, epoch)
+        assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+        assert "parallelism=3" in result.stdout + result.stderr
+        completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout("clickstream"), 1)
+        latest = completed.latest()
+        assert latest is not None
+        assert len([t for t in latest.metadata.tasks if t.task.uid == "page-counts"]) == 3
