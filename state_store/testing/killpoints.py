@@ -3,12 +3,15 @@
 ``EPOCHAL_FAULT=<point>[@<checkpoint_id>]`` selects one point (optionally only for one checkpoint).
 ``EPOCHAL_FAULT_MODE=raise`` (default) raises :class:`SimulatedCrash`, a ``BaseException`` so that
 no ``except Exception`` in the code under test can swallow it; ``exit`` ends the process at once
-with ``os._exit(137)`` (as a SIGKILL would: no cleanup, no flush).
+with ``os._exit(137)`` (as a SIGKILL would: no cleanup, no flush); ``pause:<seconds>`` stops the
+process there for that long and lets it go on (a stalled worker: a slow disk, a GC pause, a frozen
+VM -- what turns a lease holder into a zombie, or keeps a job busy for a test).
 """
 
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Mapping
 
 from state_store.core import killpoints
@@ -36,8 +39,11 @@ class KillAt:
             raise InvalidFaultSpec(
                 f"kill point {point!r} does not exist: use one of {', '.join(killpoints.ALL)}"
             )
-        if mode not in ("raise", "exit"):
-            raise InvalidFaultSpec(f"EPOCHAL_FAULT_MODE={mode!r} is invalid: use 'raise' or 'exit'")
+        pause = mode.removeprefix("pause:")
+        if mode not in ("raise", "exit") and not (mode.startswith("pause:") and _seconds(pause) is not None):
+            raise InvalidFaultSpec(
+                f"EPOCHAL_FAULT_MODE={mode!r} is invalid: use 'raise', 'exit' or 'pause:<seconds>'"
+            )
         self.point = point
         self.checkpoint_id = checkpoint_id
         self.mode = mode
@@ -51,7 +57,18 @@ class KillAt:
         self.fired = True
         if self.mode == "exit":
             os._exit(137)
+        if self.mode.startswith("pause:"):
+            time.sleep(_seconds(self.mode.removeprefix("pause:")) or 0.0)
+            return
         raise SimulatedCrash(point, checkpoint_id)
+
+
+def _seconds(text: str) -> float | None:
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if 0 <= value <= 3600 else None
 
 
 def parse_fault(spec: str) -> tuple[str, int | None]:

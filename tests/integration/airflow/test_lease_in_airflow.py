@@ -42,10 +42,11 @@ def test_a_restore_dag_run_during_an_epoch_dag_run_defers_then_restores_and_outp
     first = dags_test(epoch_env, DAG, 1)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
-    epoch = subprocess.Popen(
+    epoch_log = tmp_path / "epoch.log"  # a file, not a pipe: a full pipe would stall the run
+    epoch = subprocess.Popen(  # its complete_checkpoint stalls 40 s before deciding: the job stays busy
         [epoch_env["AIRFLOW_BIN"], "dags", "test", DAG, logical_date(2)],
-        env=epoch_env,
-        stdout=subprocess.PIPE,
+        env={**epoch_env, "EPOCHAL_FAULT": "before_decision@2", "EPOCHAL_FAULT_MODE": "pause:40"},
+        stdout=epoch_log.open("w"),
         stderr=subprocess.STDOUT,
         text=True,
     )
@@ -78,7 +79,8 @@ def test_a_restore_dag_run_during_an_epoch_dag_run_defers_then_restores_and_outp
         text=True,
         timeout=600,
     )
-    epoch_logs, _ = epoch.communicate(timeout=600)
+    epoch.wait(timeout=600)
+    epoch_logs = epoch_log.read_text()
     restore_logs = restore.stdout + restore.stderr
     assert epoch.returncode == 0, epoch_logs[-3000:]
     assert restore.returncode == 0, restore_logs[-3000:]

@@ -15,6 +15,7 @@ from state_store.core import (
 )
 from state_store.core.cleaner import apply_retention
 from state_store.testing import KillAt, SimulatedCrash
+from state_store.testing.killpoints import InvalidFaultSpec
 from tests.unit.core.helpers import TASKS, Job, make_job
 
 CORE_POINTS = [
@@ -70,3 +71,16 @@ def test_crash_at_kill_point_then_recovery_from_storage_alone(point: str) -> Non
     final = survivor.latest_completed()
     assert final is not None and final.checkpoint_id >= 4
     assert survivor.consecutive_failures() == 0
+
+
+def test_a_pause_fault_stalls_the_process_once_and_lets_it_go_on() -> None:
+    import time
+
+    switch = KillAt("before_decision", 2, mode="pause:0.2")
+    started = time.monotonic()
+    switch("before_decision", 1)  # another checkpoint: no pause
+    switch("before_decision", 2)
+    switch("before_decision", 2)  # once only
+    assert 0.2 <= time.monotonic() - started < 0.4
+    with pytest.raises(InvalidFaultSpec, match="pause:<seconds>"):
+        KillAt("before_decision", mode="pause:soon")
