@@ -106,6 +106,41 @@ def check_location(store_uri: str, source: str, request: RestoreRequest) -> None
         )
 
 
+def commit_lineage(
+    job: Job, store: ObjectStore, checkpoint_id: int, coordinator: Any, kill: KillSwitch = NO_KILL
+) -> dict[str, tuple[int, ...]]:
+    """Commit the sink transactions of checkpoint ``checkpoint_id`` and of every completed
+    checkpoint of its generation before it that a sink has not committed yet (a run that died
+    between its completion and its notify). A restore does this before it fences the sinks with
+    the new generation: the restored checkpoint's output belongs to the lineage it continues, and
+    after the fence it could never be committed."""
+    from spark_jobs.runtime.cycle import sink_specs
+    from state_store.core.completed import completed_ids, load_completed
+    from state_store.core.twophase import commit_pending_transactions, records_from_metadata
+
+    layout = JobLayout(job.job_id)
+    restored = load_completed(store, layout, checkpoint_id).metadata
+    metas = []
+    for n in completed_ids(store, layout):
+        if n > checkpoint_id:
+            break
+        try:
+            meta = restored if n == checkpoint_id else load_completed(store, layout, n).metadata
+        except Exception:  # an older damaged one: its output is not ours to commit
+            continue
+        if meta.generation == restored.generation and not meta.properties.savepoint:
+            metas.append(meta)
+    committed: dict[str, tuple[int, ...]] = {}
+    for uid, spec in sink_specs(job).items():
+        sink = spec.create(store, job.job_id, uid)
+        done = sink.committed_checkpoint_ids()
+        records = [r for m in metas if m.checkpoint_id not in done for r in records_from_metadata(m, uid)]
+        if records:
+            coordinator.fence()
+            committed[uid] = commit_pending_transactions(sink, records, checkpoint_id, kill=kill).committed
+    return committed
+
+
 def load_snapshot(job: Job, store: ObjectStore, store_uri: str, source: str, clock: Clock) -> Snapshot:
     if source == "latest":
         latest = coordinator_for(job, store, clock).latest_completed()
@@ -146,6 +181,8 @@ def import_snapshot(
     coordinator = coordinator_for(job, store, clock, kill, lease_token=lease_token)
     responder = TaskCheckpointResponder(store, job.job_id, kill=kill)
     coordinator.abort_undecided(CheckpointFailureReason.JOB_FAILOVER, f"restore {request_id}")
+    if snapshot.kind == "checkpoint" and snapshot.checkpoint_id is not None and snapshot.job_id == job.job_id:
+        commit_lineage(job, store, snapshot.checkpoint_id, coordinator, kill)
     renamed = {request.uid_map.get(uid, uid): op for uid, op in snapshot.operators.items()}
     ranges = {k: [end, end] for k, end in snapshot.positions.items()}
     acks: list[tuple[TaskId, tuple[StateHandle, ...], dict[str, Any]]] = []

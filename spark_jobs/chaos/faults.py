@@ -38,8 +38,10 @@ DOC_GLOBS = ("*/_metadata.json", "*/acks/*", "*/_pending.json", "*/_decision.jso
              "*/_commits/*", "*/attempts/*", "*/_job.json")  # fmt: skip
 # Torn writes break the port's atomic visibility (S3 and the local store never tear a write). The
 # protocol survives torn copies of these documents; a torn ``_pending.json``, ``_decision.json`` or
-# ``_job.json`` stops the job with an error naming the file (tests/chaos/test_targeted.py).
-TORN_DOC_GLOBS = ("*/_metadata.json", "*/acks/*", "*/LATEST", "*/_commits/*", "*/attempts/*")
+# ``_job.json`` stops the job with an error naming the file (tests/chaos/test_targeted.py), and so
+# does a torn ``_metadata.json`` of the latest checkpoint since issue 18 (a damaged latest checkpoint
+# is refused, never skipped; tests/unit/runtime/test_damaged_metadata.py): so it is not drawn here.
+TORN_DOC_GLOBS = ("*/acks/*", "*/LATEST", "*/_commits/*", "*/attempts/*")
 DATA_GLOBS = ("*/shared/*", "*/state/*", "*/sinks/*.parquet")
 STATE_GLOBS = ("*/shared/*", "*/shared/dedup/*", "*/shared/user-activity/*", "*/shared/page-counts/*")
 ANY_GLOBS = ("*", *DOC_GLOBS, *DATA_GLOBS)

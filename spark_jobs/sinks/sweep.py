@@ -75,17 +75,21 @@ def sweep_job_sinks(
     store: ObjectStore, job_id: str, sink_uids: Iterable[str], *, now_ms: int, grace_ms: int
 ) -> list[str]:
     """The retention step's sink part (run after checkpoint retention): sweep every sink's orphans,
-    protecting the transactions named by any ack or ``_metadata.json`` still stored -- those of
-    in-flight checkpoints and of completed ones the sink may not have committed yet. Aborted
-    checkpoints' acks are gone once retention removed their folders, so their staged files go too."""
+    protecting the transactions named by every ``_metadata.json`` still stored and by the acks of
+    checkpoints that have none (in flight, or committed but not yet written) -- those the sink may
+    still commit. The acks of a completed checkpoint protect nothing: its metadata names the one
+    attempt it completed with, and other attempts' (a zombie's) staged files are orphans, even in a
+    folder retention keeps (a pinned checkpoint)."""
     layout = JobLayout(job_id)
+    keys = [info.key for info in store.list(layout.checkpoints_prefix)]
+    completed = {layout.checkpoint_id_of(key) for key in keys if key.endswith("/_metadata.json")}
     pending: list[PreCommittedTxn] = []
-    for info in store.list(layout.checkpoints_prefix):
+    for key in keys:
         try:
-            if "/acks/" in info.key:
-                pending.extend(records_from_snapshot(documents.read(store, info.key, AckRecord).snapshot))
-            elif info.key.endswith("/_metadata.json"):
-                pending.extend(records_from_metadata(documents.read(store, info.key, CompletedMetadata)))
+            if "/acks/" in key and layout.checkpoint_id_of(key) not in completed:
+                pending.extend(records_from_snapshot(documents.read(store, key, AckRecord).snapshot))
+            elif key.endswith("/_metadata.json"):
+                pending.extend(records_from_metadata(documents.read(store, key, CompletedMetadata)))
         except (ManifestError, ObjectNotFound, ValueError):
             continue  # unreadable: retention keeps such a checkpoint; its files are then orphans later
     return [
