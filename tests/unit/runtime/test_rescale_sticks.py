@@ -81,3 +81,30 @@ def test_the_cli_prints_the_rescale_plan_and_keeps_a_restored_parallelism(
     assert epochal([*run, "--epochs", "2"]) == 0
     assert "rescaling" not in capsys.readouterr().out
     assert keyed_subtasks(store, "clickstream") == 3
+
+
+def test_a_restore_commits_the_restored_checkpoints_pending_output_before_fencing_the_sinks(
+    tmp_path: Path,
+) -> None:
+    """A run died between completing checkpoint 2 and committing its output (notify); a restore
+    from latest must commit that output before it fences the sinks with the new generation, or it
+    would be lost (found by the chaos harness's restore-during-an-epoch)."""
+    from state_store.testing import KillAt, SimulatedCrash
+
+    uri, job, clock = tmp_path.as_uri(), small_job(), new_clock()
+    clock.advance(STEP_MS)
+    cycle(job, uri, clock)
+    clock.advance(STEP_MS)
+    with pytest.raises(SimulatedCrash):
+        cycle(job, uri, clock, kill=KillAt("after_pointer", 2))
+    restore(job, uri, clock, RestoreRequest(source="latest"))
+    serial, reference_clock = (tmp_path / "serial").as_uri(), new_clock()
+    for _ in range(2):
+        reference_clock.advance(STEP_MS)
+        cycle(job, serial, reference_clock)
+    assert committed_rows(uri, job) == committed_rows(serial, job)
+    clock.advance(STEP_MS)
+    reference_clock.advance(STEP_MS)
+    cycle(job, uri, clock)
+    cycle(job, serial, reference_clock)
+    assert committed_rows(uri, job) == committed_rows(serial, job)
