@@ -18,6 +18,7 @@ from spark_jobs.restore import RestoreRequest, restore
 from spark_jobs.runtime.cycle import EpochCycle, sink_specs
 from spark_jobs.snapshots import read_savepoint
 from state_store.core.layout import JobLayout, validate_name
+from state_store.core.ports import ObjectStore
 from state_store.lease_keeper import HeldLease, holder_id
 from state_store.storage import open_store
 from state_store.testing import ManualClock
@@ -25,6 +26,17 @@ from state_store.testing import ManualClock
 
 class BackfillTargetExists(ValueError):
     """The backfill's new job id already has state in the store."""
+
+
+def _refuse_existing(store: ObjectStore, job_id: str) -> None:
+    """BackfillTargetExists if ``job_id`` has any state (its bare job record, which taking the
+    lease creates, does not count)."""
+    layout = JobLayout(job_id)
+    if any(info.key != layout.job_record for info in store.list(layout.root)):
+        raise BackfillTargetExists(
+            f"backfill job id {job_id!r} already has state in {store.uri}: choose a new id, or pass "
+            "--replace to restore that job from the savepoint (its sinks then commit the reprocessed output)"
+        )
 
 
 def backfill(
@@ -51,11 +63,8 @@ def backfill(
     if epochs < 1:
         raise ValueError(f"backfill epochs={epochs} is invalid: run at least 1 epoch")
     store = open_store(store_uri)
-    if not replace and next(iter(store.list(JobLayout(new_job_id).root)), None) is not None:
-        raise BackfillTargetExists(
-            f"backfill job id {new_job_id!r} already has state in {store.uri}: choose a new id, or pass "
-            "--replace to restore that job from the savepoint (its sinks then commit the reprocessed output)"
-        )
+    if not replace:
+        _refuse_existing(store, new_job_id)
     snapshot = read_savepoint(savepoint)
     fork = copy.copy(job)
     fork.job_id = new_job_id
@@ -70,6 +79,8 @@ def backfill(
         wait_s=wait_s,
     )
     with lease:
+        if not replace:  # again under the lease: another backfill may have filled it meanwhile
+            _refuse_existing(store, new_job_id)
         restore(
             fork,
             store_uri,

@@ -109,27 +109,18 @@ def check_location(store_uri: str, source: str, request: RestoreRequest) -> None
 def commit_lineage(
     job: Job, store: ObjectStore, checkpoint_id: int, coordinator: Any, kill: KillSwitch = NO_KILL
 ) -> dict[str, tuple[int, ...]]:
-    """Commit the sink transactions of checkpoint ``checkpoint_id`` and of every completed
-    checkpoint of its generation before it that a sink has not committed yet (a run that died
-    between its completion and its notify). A restore does this before it fences the sinks with
-    the new generation: the restored checkpoint's output belongs to the lineage it continues, and
-    after the fence it could never be committed."""
+    """Commit the sink transactions of checkpoint ``checkpoint_id`` and of its ancestors (by their
+    ``base`` links: never a checkpoint the job fell back from) that a sink has not committed yet (a
+    run that died between its completion and its notify). A restore does this before it fences the
+    sinks with the new generation: the restored checkpoint's output belongs to the lineage it
+    continues, and after the fence it could never be committed."""
     from spark_jobs.runtime.cycle import sink_specs
-    from state_store.core.completed import completed_ids, load_completed
+    from state_store.core.completed import lineage, load_completed
     from state_store.core.twophase import commit_pending_transactions, records_from_metadata
 
     layout = JobLayout(job.job_id)
-    restored = load_completed(store, layout, checkpoint_id).metadata
-    metas = []
-    for n in completed_ids(store, layout):
-        if n > checkpoint_id:
-            break
-        try:
-            meta = restored if n == checkpoint_id else load_completed(store, layout, n).metadata
-        except Exception:  # an older damaged one: its output is not ours to commit
-            continue
-        if meta.generation == restored.generation and not meta.properties.savepoint:
-            metas.append(meta)
+    restored = load_completed(store, layout, checkpoint_id)
+    metas = [c.metadata for c in reversed(lineage(store, layout, restored, 10**9, False))]
     committed: dict[str, tuple[int, ...]] = {}
     for uid, spec in sink_specs(job).items():
         sink = spec.create(store, job.job_id, uid)
@@ -153,11 +144,12 @@ def load_snapshot(job: Job, store: ObjectStore, store_uri: str, source: str, clo
 
 
 def damaged_head(job: Job, store: ObjectStore, clock: Clock) -> ChainHeadError | None:
-    """Why the job's latest completed checkpoint cannot be used (None: it verifies)."""
+    """Why the job's latest completed checkpoint cannot be used (None: it verifies, or its commit
+    was only interrupted: the restore rolls it forward under the job's lease)."""
     try:
         coordinator_for(job, store, clock).latest_completed()
     except ChainHeadError as exc:
-        return exc
+        return None if exc.interrupted else exc
     return None
 
 
@@ -221,7 +213,19 @@ def import_snapshot(
     pending = coordinator.trigger(
         expected,
         properties=CheckpointProperties.forced_checkpoint(),
-        positions={"ranges": ranges, "base": None, "restored_from": snapshot.location},
+        positions={
+            "ranges": ranges,
+            "base": None,
+            "restored_from": snapshot.location,
+            # what the restore does after its commit, rolled forward by whoever holds the job next
+            # if the restore dies in between (``finish_restore``)
+            FOLLOW_UP: {
+                "retract_after": retract_after,
+                "pin": snapshot.checkpoint_id
+                if snapshot.kind == "checkpoint" and request.claim_mode == "NO_CLAIM"
+                else None,
+            },
+        },
         request_id=request_id,
         parallelism=job.parallelism,
         declared_parallelism=declared,
@@ -235,25 +239,43 @@ def import_snapshot(
         raise SnapshotError(
             f"importing the snapshot as checkpoint {n} failed: {result.status} {result.message}"
         )
-    job_record = coordinator.job()  # the commit started the new generation
+    finish_restore(job, store, coordinator)
+    return n
+
+
+FOLLOW_UP = "restore_follow_up"
+"""Key of an import's ``positions``: the steps of a restore after its commit point."""
+
+
+def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
+    """Steps after a restore's commit point, idempotent, for the job's chain head when it is a
+    restore's import: the stopped job resumes, the sinks are fenced with the new generation, the
+    output committed after the restored checkpoint is retracted (a forced restore past a damaged
+    latest checkpoint), the restored checkpoint is pinned (NO_CLAIM). The restore runs them itself;
+    if it died after its commit, the next holder of the job's lease does (``recover_chain``).
+    Returns whether the head was an import."""
+    record = coordinator.job()
+    head = record.head if record.chained else None
+    if head is None or head.base is not None:
+        return False
+    pending = coordinator.pending_record(head.checkpoint_id)
+    follow_up = pending.positions.get(FOLLOW_UP)
+    if not isinstance(follow_up, dict):
+        return False
+    n = head.checkpoint_id
     coordinator.fence()
     store.delete(JobLayout(job.job_id).stopped)  # a stopped job resumes after a restore
+    retract_after = follow_up.get("retract_after")
     for uid, spec in sink_specs(job).items():
         sink = spec.create(store, job.job_id, uid)
-        sink.fence(job_record.generation)
-        if retract_after is not None:
-            sink.retract_after(
-                retract_after,
-                job_record.generation,
-                f"restore into checkpoint {n} resumed from checkpoint {retract_after}",
-            )
-    if (
-        snapshot.kind == "checkpoint"
-        and snapshot.checkpoint_id is not None
-        and request.claim_mode == "NO_CLAIM"
-    ):
-        pin(store, job.job_id, snapshot.checkpoint_id, f"restored NO_CLAIM into checkpoint {n}")
-    return n
+        sink.fence(record.generation)
+        if isinstance(retract_after, int):
+            reason = f"restore into checkpoint {n} resumed from checkpoint {retract_after}"
+            sink.retract_after(retract_after, record.generation, reason, before=n)
+    pinned = follow_up.get("pin")
+    if isinstance(pinned, int):
+        pin(store, job.job_id, pinned, f"restored NO_CLAIM into checkpoint {n}")
+    return True
 
 
 def _kinds(step: Step) -> dict[str, str]:
@@ -397,6 +419,10 @@ def restore(
         return RestoreReport(prepared.plan)
     _accept(prepared, request)
     with hold if hold is not None else contextlib.nullcontext() as held:
+        token = held.token if held is not None else lease_token
+        coordinator = coordinator_for(job, store, clock, kill, lease_token=token)
+        coordinator.roll_forward()  # a commit that was interrupted, and the follow-up of a restore
+        finish_restore(job, store, coordinator)  # that died after its own commit
         if held is not None and request.source == "latest":
             seen = prepared.snapshot.checkpoint_id
             prepared = _prepare(job, store, store_uri, clock, request, parallelism)
@@ -415,7 +441,7 @@ def restore(
             request,
             request_id or f"restore-{clock.now_ms()}",
             declared_parallelism=prepared.declared,
-            lease_token=held.token if held is not None else lease_token,
+            lease_token=token,
             retract_after=retract_after,
             kill=kill,
         )

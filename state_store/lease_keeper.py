@@ -40,11 +40,20 @@ from state_store.core.manifests import Lease
 from state_store.core.ports import Clock, ObjectStore, StoreError
 
 
+def _pid_namespace() -> str:
+    """This process's PID namespace (containers sharing a host name have different ones)."""
+    try:
+        return format(os.stat("/proc/self/ns/pid").st_ino, "x")
+    except OSError:
+        return "0"
+
+
 def holder_id(kind: str, detail: str = "") -> str:
-    """A holder name that says who and where: ``cli:<host>:<pid>:<random>`` (or ``kind:detail``)."""
+    """A holder name that says who and where: ``cli:<host>:<pid>:<random>:<pid namespace>`` (or
+    ``kind:detail``)."""
     if detail:
         return f"{kind}:{detail}"
-    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return f"{kind}:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}:{_pid_namespace()}"
 
 
 def _never(lease: Lease) -> bool:
@@ -64,7 +73,9 @@ def _pid_alive(pid: int) -> bool:
 def takeover_rule(holder: str) -> Takeover:
     """Whom ``holder`` may take a live lease from, without waiting for it to expire:
 
-    * a ``cli:<host>:<pid>:...`` holder on this very host whose process is gone (it crashed);
+    * a ``cli:<host>:<pid>:<random>:<pid namespace>`` holder on this very host and in this PID
+      namespace whose process is gone (it crashed) -- a holder seen from another namespace (another
+      container with the same host name) is never presumed dead;
     * another run of the same Airflow DAG (``airflow:<dag_id>:<run_id>``): the scheduler runs one
       at a time (``max_active_runs=1``), so the other run is over; a zombie task of it is fenced by
       the new token.
@@ -76,8 +87,9 @@ def takeover_rule(holder: str) -> Takeover:
         if held_kind == "cli":
             parts = held_rest.split(":")
             return (
-                len(parts) >= 2
+                len(parts) >= 4
                 and parts[0] == socket.gethostname()
+                and parts[3] == _pid_namespace()
                 and parts[1].isdigit()
                 and not _pid_alive(int(parts[1]))
             )
@@ -193,8 +205,8 @@ class HeldLease:
                 except LeaseLostError as lost:
                     self.lost = lost
                     return
-                except StoreError:
-                    continue  # a transient failure: the next beat tries again before expiry
+                except Exception:
+                    continue  # the next beat tries again before expiry
 
 
 __all__ = ["HeldLease", "holder_id", "takeover_rule"]

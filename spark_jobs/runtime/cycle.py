@@ -226,7 +226,11 @@ def recover_chain(job: Job, store: ObjectStore, coordinator: CheckpointCoordinat
     (or failed its audit) stops the job with ChainHeadError -- unless falling back to its base is
     provably safe: no sink of the job committed any of its output. Then the job falls back, the
     head is quarantined, and the returned line says so ("" when nothing was wrong)."""
+    from spark_jobs.restore import finish_restore
+
     try:
+        coordinator.roll_forward()
+        finish_restore(job, store, coordinator)  # a restore that died after its commit
         coordinator.recover()
         return ""
     except ChainHeadError as error:
@@ -275,10 +279,10 @@ def trigger_epoch(
     An undecided checkpoint of the same request is returned again (a retried trigger); one of
     another request is refused by the coordinator's concurrency check (the caller aborts those of
     dead runs first: ``abort_abandoned``)."""
+    coordinator = coordinator_for(job, store, clock, kill, lease_token)
+    recover_chain(job, store, coordinator)  # first: a restore that died may still un-stop the job
     if not savepoint:
         ensure_running(job, store)
-    coordinator = coordinator_for(job, store, clock, kill, lease_token)
-    recover_chain(job, store, coordinator)
     notify_epoch_complete(job, store, clock, None, kill=kill, lease_token=lease_token)
     record = coordinator.job()
     parallelism = effective_parallelism(job, record)
@@ -524,6 +528,7 @@ class EpochCycle:
         job, store, clock, kill, token = self.job, self.store, self.clock, self.kill, self.lease_token
         if not request_id:  # a new run: whatever earlier runs left undecided is abandoned
             self.coordinator.abort_undecided(CheckpointFailureReason.JOB_FAILOVER, "a new run started")
+        recover_chain(job, store, self.coordinator)  # a restore that died may still un-stop the job
         try:
             ensure_running(job, store)
         except JobStoppedError as exc:

@@ -65,9 +65,12 @@ class ParquetTransactionalSink(TransactionalSink[Any]):
                 ids = ids[:-1]
         return frozenset(ids)
 
-    def retract_after(self, checkpoint_id: int, generation: int, reason: str) -> tuple[int, ...]:
-        """Withdraw every committed checkpoint above ``checkpoint_id`` (see ``commit_log``)."""
-        ids = [n for n in self.log.committed_ids() if n > checkpoint_id]
+    def retract_after(
+        self, checkpoint_id: int, generation: int, reason: str, *, before: int | None = None
+    ) -> tuple[int, ...]:
+        """Withdraw every committed checkpoint above ``checkpoint_id`` (and below ``before``, the
+        restore's import: the epochs after it are never withdrawn); see ``commit_log``."""
+        ids = [n for n in self.log.committed_ids() if n > checkpoint_id and (before is None or n < before)]
         return tuple(n for n in ids if self.log.retract(n, generation, reason))
 
     def fence(self, generation: int) -> None:

@@ -13,10 +13,9 @@ checkpoint, full stop:
 1. it must verify; if it does not, recovery stops with :class:`ChainHeadError` naming the file and
    the remedy -- it never falls back silently to an older checkpoint, whose successor's sink
    output may already be committed (falling back is the caller's explicit, checked decision);
-2. the retained queue holds the head and the newest older candidates: completed, verifying,
-   non-savepoint, non-quarantined checkpoints of the current generation, plus the checkpoint the
-   generation was restored from (``_job.json.restored_from``); a ``_metadata.json`` above the head
-   is not on the chain and is skipped.
+2. the retained queue holds the head and its ancestors by their ``base`` links (the checkpoints
+   the job's state continues), as long as they verify: never a checkpoint the job fell back from
+   or one of an abandoned fork, whatever its id.
 
 A job record written before chains existed (``chained`` false) -- or no job record at all -- uses
 the older rule: the newest eligible candidate wins. ``LATEST`` is only a hint either way: when it
@@ -67,11 +66,21 @@ class ChainHeadError(CheckpointVerificationError):
     ``checkpoint_id`` is the head, ``key`` the file that failed, ``base`` the checkpoint the head
     continued (None if unknown)."""
 
-    def __init__(self, message: str, checkpoint_id: int, key: str, base: int | None = None) -> None:
+    def __init__(
+        self,
+        message: str,
+        checkpoint_id: int,
+        key: str,
+        base: int | None = None,
+        *,
+        interrupted: bool = False,
+    ) -> None:
         super().__init__(message)
         self.checkpoint_id = checkpoint_id
         self.key = key
         self.base = base
+        #: committed, but its committer died before writing it: the next lease holder rolls it forward
+        self.interrupted = interrupted
 
 
 LIST_MIN_HANDLES = 16
@@ -286,25 +295,25 @@ class CompletedCheckpointStore:
         eligible: list[CompletedCheckpoint] = []
         chained = job is not None and job.chained
         head = job.head.checkpoint_id if job is not None and job.head is not None else None
-        if chained and head is not None:
-            if head in quarantined:
-                raise ChainHeadError(
-                    f"checkpoint {head} of job {layout.job_id} is the latest completed but failed "
-                    f"validation and is quarantined ({layout.quarantined(head)}): resume from an older "
-                    f"checkpoint with `epochal restore --from <id> --force` (it retracts the sink "
-                    "output committed since), or fix the expectations and restore from it with --force",
-                    head,
-                    layout.quarantined(head),
-                    job.head.base if job is not None and job.head is not None else None,
+        if chained:
+            if head is not None:
+                if head in quarantined:
+                    raise ChainHeadError(
+                        f"checkpoint {head} of job {layout.job_id} is the latest completed but failed "
+                        f"validation and is quarantined ({layout.quarantined(head)}): resume from an older "
+                        f"checkpoint with `epochal restore --from <id> --force` (it retracts the sink "
+                        "output committed since), or fix the expectations and restore from it with --force",
+                        head,
+                        layout.quarantined(head),
+                        job.head.base if job is not None and job.head is not None else None,
+                    )
+                eligible = lineage(
+                    store, layout, load_head(store, layout, head, deep=deep), max_retained, deep
                 )
-            eligible.append(load_head(store, layout, head, deep=deep))
+            return _queue(cls(max_retained), eligible, pointer, skipped)
         for checkpoint_id in sorted(completed_ids(store, layout), reverse=True):
             if len(eligible) >= max_retained:
                 break
-            if chained and (head is None or checkpoint_id >= head):
-                if head is None or checkpoint_id > head:
-                    skipped.append(f"checkpoint {checkpoint_id}: not on the job's chain (head {head})")
-                continue
             if checkpoint_id in quarantined:
                 skipped.append(f"checkpoint {checkpoint_id}: quarantined by validation")
                 continue
@@ -322,14 +331,41 @@ class CompletedCheckpointStore:
                 )
                 continue
             eligible.append(cp)
-        for cp in _oldest_first(eligible):
-            result.add(cp)
-        latest = result.latest()
-        return result, RecoveryReport(
-            chosen=latest.checkpoint_id if latest else None,
-            pointer=pointer.checkpoint_id if pointer else None,
-            skipped=tuple(skipped),
-        )
+        return _queue(result, eligible, pointer, skipped)
+
+
+def lineage(
+    store: ObjectStore, layout: JobLayout, head: CompletedCheckpoint, max_retained: int, deep: bool
+) -> list[CompletedCheckpoint]:
+    """The head and its ancestors by their ``base`` links, newest first, up to ``max_retained``:
+    only checkpoints the job's state actually continues (never one it fell back from, whatever its
+    id). The walk stops at an import (no base) or at an ancestor that no longer verifies."""
+    chain = [head]
+    while len(chain) < max_retained:
+        base = chain[-1].metadata.positions.get("base")
+        if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+            break
+        try:
+            chain.append(load_completed(store, layout, base, deep=deep))
+        except (ManifestError, CheckpointVerificationError, ObjectNotFound):
+            break
+    return chain
+
+
+def _queue(
+    result: CompletedCheckpointStore,
+    eligible: list[CompletedCheckpoint],
+    pointer: LatestPointer | None,
+    skipped: list[str],
+) -> tuple[CompletedCheckpointStore, RecoveryReport]:
+    for cp in _oldest_first(eligible):
+        result.add(cp)
+    latest = result.latest()
+    return result, RecoveryReport(
+        chosen=latest.checkpoint_id if latest else None,
+        pointer=pointer.checkpoint_id if pointer else None,
+        skipped=tuple(skipped),
+    )
 
 
 def _oldest_first(items: Iterable[CompletedCheckpoint]) -> list[CompletedCheckpoint]:
@@ -355,6 +391,7 @@ def load_head(
             "the next `epochal run` or epoch DAG run finishes it (it holds the job's lease)",
             checkpoint_id,
             key,
+            interrupted=True,
         ) from None
     except (ManifestError, CheckpointVerificationError) as exc:
         base = _base_of(store, layout, checkpoint_id)

@@ -162,6 +162,7 @@ class CheckpointCoordinator:
         #: refused while anybody holds one). See ``state_store.core.lease``.
         self.lease_token = lease_token
         self._shutdown = False
+        self._replaced: list[JobRecord] = []  # the job record the last commit replaced
         #: Reads in flight at once while completing (1 unless the store declares it can do more).
         self._reads = read_concurrency(store, self.config.read_concurrency)
 
@@ -239,9 +240,16 @@ class CheckpointCoordinator:
         return max(attempts, default=0)
 
     def recover(self, *, deep: bool = False) -> tuple[CompletedCheckpointStore, RecoveryReport]:
-        """Roll forward what was committed but not yet written -- the chain head's decision and
-        every COMPLETE decision's ``_metadata.json`` -- then rebuild the completed store from
-        storage alone (ChainHeadError if the head does not verify: see ``completed``)."""
+        """Roll forward what was committed but not yet written, then rebuild the completed store
+        from storage alone (ChainHeadError if the head does not verify: see ``completed``)."""
+        self.roll_forward()
+        return CompletedCheckpointStore.recover(
+            self.store, self.layout, self.config.retained_checkpoints, deep=deep
+        )
+
+    def roll_forward(self) -> None:
+        """Write what was committed but not yet written: the chain head's decision and every
+        COMPLETE decision's ``_metadata.json`` (the committer crashed after its commit point)."""
         record = self.records.read()
         head = record.head if record is not None and record.chained else None
         if head is not None and self.store.head(self.layout.decision(head.checkpoint_id)) is None:
@@ -251,9 +259,6 @@ class CheckpointCoordinator:
             decided_complete = decision is not None and decision.outcome is Outcome.COMPLETE
             if decided_complete and self.store.head(self.layout.metadata(checkpoint_id)) is None:
                 self.complete(checkpoint_id)
-        return CompletedCheckpointStore.recover(
-            self.store, self.layout, self.config.retained_checkpoints, deep=deep
-        )
 
     def failover(self) -> tuple[CompletedCheckpointStore, RecoveryReport]:
         """The whole job restarts: abort every undecided checkpoint (as Flink does on failover),
@@ -547,7 +552,7 @@ class CheckpointCoordinator:
         if stands.outcome is Outcome.ABORT:
             # An ABORT was written between our commit and our decision (a zombie's, fenced only
             # by a check): the decision stands, so the chain goes back to where it was.
-            self._uncommit(checkpoint_id, pending)
+            self._uncommit(checkpoint_id, pending, self._replaced[-1])
             return aborted(CheckpointFailureReason[stands.reason], stands.message)
         # Our decision stands: the metadata built above from this attempt's acks (create-only
         # documents) is the completed checkpoint (an equal decision of a racing try of the same
@@ -582,6 +587,7 @@ class CheckpointCoordinator:
 
         def commit(current: JobRecord) -> JobRecord:
             outcome[:] = [ours]
+            self._replaced = [current]
             if current.chained and current.head is not None and current.head.checkpoint_id == checkpoint_id:
                 outcome[:] = [current.head]
                 return current  # committed already (an earlier try of this very commit)
@@ -627,15 +633,19 @@ class CheckpointCoordinator:
         self.records.fenced_update(self.lease_token, commit)
         return outcome[0]
 
-    def _uncommit(self, checkpoint_id: int, pending: PendingRecord) -> None:
-        """Undo our own commit of n when its decision lost to an ABORT (see ``complete``)."""
-        base = _int_or_none(pending.positions.get("base"))
-        previous = self._head_of(base) if base is not None else None
+    def _uncommit(self, checkpoint_id: int, pending: PendingRecord, before: JobRecord) -> None:
+        """Undo our own commit of n when its decision lost to an ABORT (see ``complete``): the
+        head and the parallelism go back to what ``before`` (the record our commit replaced) said."""
 
         def undo(current: JobRecord) -> JobRecord:
             if current.head is None or current.head.checkpoint_id != checkpoint_id:
                 return current
-            return dataclasses.replace(current, head=previous)
+            return dataclasses.replace(
+                current,
+                head=before.head,
+                parallelism=before.parallelism,
+                declared_parallelism=before.declared_parallelism,
+            )
 
         self.records.fenced_update(self.lease_token, undo)
 

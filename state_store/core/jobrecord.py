@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from state_store.core import documents
+from state_store.core.codec import ManifestError
 from state_store.core.layout import JobLayout
 from state_store.core.lease import check_token
 from state_store.core.manifests import JobRecord
@@ -44,19 +45,49 @@ class JobRecords:
 
     def read(self) -> JobRecord | None:
         """The record, or None for a job that never ran (ManifestError if it is damaged)."""
-        return documents.read_optional(self.store, self.layout.job_record, JobRecord)
+        try:
+            return documents.read_optional(self.store, self.layout.job_record, JobRecord)
+        except ManifestError as exc:
+            raise ManifestError(
+                f"{str(exc).split('; ')[0]}: the job record holds the job's lease and latest checkpoint; "
+                f"restore {self.layout.job_record} from a backup, or delete it: the job then continues "
+                "from its newest checkpoint that verifies"
+            ) from None
 
     def ensure(self, max_parallelism: int, now_ms: int) -> JobRecord:
-        """The record, created (generation 1, chained, no head) if the job is new."""
+        """The record, created if missing: generation 1, chained, no head for a new job; for a job
+        that already has completed checkpoints (its record was lost), a record without a chain
+        (``chained`` false) at their newest generation, so recovery takes the newest checkpoint that
+        verifies -- never a silent restart from the beginning of the input."""
         record = self.read()
         if record is not None:
             return record
-        fresh = JobRecord(self.job_id, 1, max_parallelism, created_ms=now_ms, chained=True)
+        generation = self._newest_generation()
+        fresh = JobRecord(
+            self.job_id,
+            generation or 1,
+            max_parallelism,
+            created_ms=now_ms,
+            chained=generation is None,
+        )
         try:
             documents.create(self.store, self.layout.job_record, fresh)
         except ObjectAlreadyExists:
             pass
         return documents.read(self.store, self.layout.job_record, JobRecord)
+
+    def _newest_generation(self) -> int | None:
+        """The newest generation among the job's completed checkpoints (None: it has none)."""
+        from state_store.core.manifests import CompletedMetadata
+
+        generations = []
+        for info in self.store.list(self.layout.checkpoints_prefix):
+            if info.key.endswith("/_metadata.json"):
+                try:
+                    generations.append(documents.read(self.store, info.key, CompletedMetadata).generation)
+                except (ManifestError, ObjectNotFound):
+                    continue
+        return max(generations, default=None)
 
     def update(self, mutate: Mutation) -> JobRecord:
         """Apply ``mutate`` to the current record by CAS, re-reading after every lost race.

@@ -15,8 +15,9 @@ Deleted:
   * ``shared/`` files referenced by no kept checkpoint, once older than ``grace_ms``.
 
 Order inside a discarded folder: ``_pending.json`` first (so a crash mid-retention can never
-make a coordinator roll the checkpoint forward), then data, acks and ``_decision.json``, and
-``_metadata.json`` last (a half-deleted checkpoint fails verification and is never chosen).
+make a coordinator roll the checkpoint forward), then data, acks and ``_decision.json``, then
+``_metadata.json`` (a half-deleted checkpoint fails verification), and ``_quarantined.json`` last
+(a half-deleted checkpoint whose state lives in ``shared/`` may still verify: it stays marked).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from dataclasses import dataclass
 
 from state_store.core.ports import ObjectInfo
 
-_LAST = {"_pending.json": 0, "_metadata.json": 3, "_decision.json": 2}
+_LAST = {"_pending.json": 0, "_decision.json": 2, "_metadata.json": 3, "_quarantined.json": 4}
 
 
 @dataclass(frozen=True, slots=True)

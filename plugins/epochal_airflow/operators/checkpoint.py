@@ -183,10 +183,18 @@ class TriggerCheckpointOperator(EpochalOperator):
     releases_lease = False
 
     def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
-        from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, ensure_running, trigger_epoch
+        from spark_jobs.runtime.cycle import (
+            JobStoppedError,
+            abort_abandoned,
+            coordinator_for,
+            ensure_running,
+            recover_chain,
+            trigger_epoch,
+        )
 
         clock = run_clock(context)
         run_id = context["run_id"]
+        recover_chain(job, store, coordinator_for(job, store, clock, lease_token=token))
         try:
             ensure_running(job, store)
         except JobStoppedError as exc:

@@ -168,3 +168,32 @@ def test_the_lease_lives_in_the_checksummed_job_record() -> None:
     acquire(jobs, "a", "epochal run", NOW)
     record = documents.read(jobs.store, jobs.layout.job_record, JobRecord)
     assert record.lease is not None and record.chained and record.head is None
+
+
+def test_the_takeover_rule_presumes_dead_only_what_it_can_see_is_dead() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from state_store.core.manifests import Lease
+    from state_store.lease_keeper import holder_id, takeover_rule
+
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True
+    )
+    dead_pid = int(dead.stdout)
+    mine = holder_id("cli")
+    host, _, rand, ns = mine.split(":")[1:]
+
+    def lease(holder: str) -> Lease:
+        return Lease(holder, 1, "epochal run", NOW, NOW, NOW + 60_000)
+
+    may_take = takeover_rule(mine)
+    assert may_take(lease(f"cli:{host}:{dead_pid}:{rand}:{ns}"))  # crashed, here: taken at once
+    assert not may_take(lease(f"cli:{host}:{os.getpid()}:{rand}:{ns}"))  # alive
+    assert not may_take(lease(f"cli:{host}:{dead_pid}:{rand}:other-namespace"))  # another container
+    assert not may_take(lease(f"cli:otherhost:{dead_pid}:{rand}:{ns}"))  # another machine
+    run = takeover_rule("airflow:epochal_job:run2")
+    assert run(lease("airflow:epochal_job:run1"))  # a previous run of the same DAG
+    assert not run(lease("airflow:epochal_restore:r1"))  # another DAG: wait for it
+    assert run(lease(f"cli:{host}:{dead_pid}:x:{ns}"))  # a crashed CLI command: dead for anybody

@@ -119,6 +119,19 @@ def test_a_quarantined_older_checkpoint_is_never_chosen() -> None:
     layout = job.coordinator.layout
     documents.create(job.store, layout.quarantined(second), QuarantineRecord(second, "GE audit failed", 0))
     completed, report = CompletedCheckpointStore.recover(job.store, layout, 3)
+    assert report.chosen == third  # the queue is the head's lineage: second stays an ancestor
+    assert [c.checkpoint_id for c in completed] == [third, second, first]
+
+
+def test_the_retained_queue_is_the_heads_lineage_not_every_older_id() -> None:
+    """A checkpoint the job fell back from (its id below the head, its output never committed)
+    is not an ancestor of the head: recovery, and so the sinks' notify, never see it."""
+    job = make_job()
+    first, second = job.cycle(), job.cycle()
+    layout = job.coordinator.layout
+    job.coordinator.fall_back(ChainHeadError("", second, layout.metadata(second), first))
+    third = job.cycle()  # continues first
+    completed, report = CompletedCheckpointStore.recover(job.store, layout, 3)
     assert report.chosen == third and [c.checkpoint_id for c in completed] == [third, first]
 
 

@@ -1,0 +1,114 @@
+"""Regressions from an adversarial review of the issue 18 change: each test is an interleaving that
+broke exactly-once (or left a job stuck) before its fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from spark_jobs.backfill import BackfillTargetExists, backfill
+from spark_jobs.checks import validate_checkpoint
+from spark_jobs.pins import pin
+from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.runtime.cycle import take_savepoint
+from state_store.core import JobLayout
+from state_store.storage import open_store
+from state_store.storage.local import LocalObjectStore
+from state_store.testing import KillAt, SimulatedCrash
+from tests.unit.runtime.support import SINK, STEP_MS, committed_rows, cycle, new_clock, small_job
+from tests.unit.runtime.test_validation_quarantine import move_one_key_to_another_key_group
+
+
+def reference(tmp_path: Path, epochs: int) -> list[tuple[object, ...]]:
+    uri, job, clock = (tmp_path / "reference").as_uri(), small_job(), new_clock()
+    for _ in range(epochs):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    return committed_rows(uri, job)
+
+
+def three_epochs(tmp_path: Path) -> tuple[str, object, object]:
+    uri, job, clock = (tmp_path / "store").as_uri(), small_job(), new_clock()
+    for _ in range(3):
+        clock.advance(STEP_MS)
+        cycle(job, uri, clock)
+    return uri, job, clock
+
+
+@pytest.mark.parametrize(
+    "point", ["after_chain_commit", "before_metadata", "after_metadata", "after_pointer"]
+)
+def test_a_forced_restore_that_dies_after_its_commit_still_retracts_fences_and_pins(
+    point: str, tmp_path: Path
+) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    path = tmp_path / "store" / JobLayout("clickstream").metadata(3)
+    path.write_bytes(path.read_bytes()[:100])
+    with pytest.raises(SimulatedCrash):
+        restore(job, uri, clock, RestoreRequest(source="2", force=True), kill=KillAt(point, 4))  # type: ignore[arg-type]
+    report = cycle(job, uri, clock)  # type: ignore[arg-type]  # the same cut: reprocesses epoch 3
+    assert report.status == "completed"
+    assert committed_rows(uri, job) == reference(tmp_path, 3)  # type: ignore[arg-type]
+    assert open_store(uri).head(JobLayout("clickstream").pin(2)) is not None
+
+
+def test_a_restore_never_commits_a_checkpoint_the_job_fell_back_from(tmp_path: Path) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    store = open_store(uri)
+    store.delete(f"clickstream/sinks/{SINK}/_commits/{3:010d}.json")  # died before notify
+    move_one_key_to_another_key_group(store, "clickstream", 3, "dedup")
+    assert not validate_checkpoint(job, store, 3, clock).passed  # type: ignore[arg-type]
+    pin(store, "clickstream", 3, "kept for the post-mortem")
+    assert cycle(job, uri, clock).status == "completed"  # type: ignore[arg-type]  # falls back to 2
+    restore(job, uri, clock, RestoreRequest(source="latest"))  # type: ignore[arg-type]
+    for _ in range(2):
+        clock.advance(STEP_MS)  # type: ignore[attr-defined]
+        cycle(job, uri, clock)  # type: ignore[arg-type]
+    assert committed_rows(uri, job) == reference(tmp_path, 5)  # type: ignore[arg-type]
+
+
+def test_a_retention_crash_never_revives_a_checkpoint_the_job_fell_back_from(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    store = open_store(uri)
+    store.delete(f"clickstream/sinks/{SINK}/_commits/{3:010d}.json")
+    move_one_key_to_another_key_group(store, "clickstream", 3, "dedup")
+    assert not validate_checkpoint(job, store, 3, clock).passed  # type: ignore[arg-type]
+    real_delete = LocalObjectStore.delete
+
+    def power_loss(self: LocalObjectStore, key: str) -> None:
+        real_delete(self, key)
+        if key.endswith("chk-0000000003/_metadata.json"):
+            raise SimulatedCrash("power loss during retention", 4)
+
+    monkeypatch.setattr(LocalObjectStore, "delete", power_loss)
+    with pytest.raises(SimulatedCrash):
+        cycle(job, uri, clock)  # type: ignore[arg-type]  # falls back, then retention discards 3
+    monkeypatch.setattr(LocalObjectStore, "delete", real_delete)
+    assert store.head(JobLayout("clickstream").quarantined(3)) is not None  # deleted last
+    for _ in range(2):
+        clock.advance(STEP_MS)  # type: ignore[attr-defined]
+        cycle(job, uri, clock)  # type: ignore[arg-type]
+    assert committed_rows(uri, job) == reference(tmp_path, 5)  # type: ignore[arg-type]
+
+
+def test_two_backfills_into_one_new_job_id_commit_once(tmp_path: Path) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    info = take_savepoint(job, uri, clock, "sp")  # type: ignore[arg-type]
+    first = backfill(job, uri, info["location"], "fix", epochs=1)  # type: ignore[arg-type]
+    assert first["epochs"] == 1
+    with pytest.raises(BackfillTargetExists, match="'fix' already has state"):
+        backfill(job, uri, info["location"], "fix", epochs=1)  # type: ignore[arg-type]
+    rows = committed_rows(uri, small_job(job_id="fix"))
+    assert len(rows) == len(set(rows))
+
+
+def test_a_lost_job_record_continues_from_the_newest_checkpoint_not_from_offset_zero(tmp_path: Path) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    (tmp_path / "store" / JobLayout("clickstream").job_record).unlink()
+    clock.advance(STEP_MS)  # type: ignore[attr-defined]
+    report = cycle(job, uri, clock)  # type: ignore[arg-type]
+    assert report.status == "completed"
+    assert committed_rows(uri, job) == reference(tmp_path, 4)  # type: ignore[arg-type]
