@@ -431,7 +431,9 @@ def restore(
         retract_after = None
         if prepared.damaged is not None:  # at least the damaged checkpoint's output: it is reprocessed
             snapshot = prepared.snapshot
-            known = snapshot.checkpoint_id if snapshot.kind == "checkpoint" else None
+            # the checkpoint whose cut the snapshot holds (a savepoint of this job names the one
+            # it was taken as; its cut is its base's): every output committed after it is redone
+            known = snapshot.checkpoint_id if snapshot.job_id == job.job_id else None
             retract_after = known if known is not None else prepared.damaged.checkpoint_id - 1
         n = import_snapshot(
             prepared.job,
