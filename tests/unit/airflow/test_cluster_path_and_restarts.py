@@ -120,6 +120,10 @@ def recording_spark_submit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> P
     monkeypatch.setenv("AIRFLOW_CONN_EPOCHAL_S3", json.dumps(connection))
     spark = {"conn_type": "spark", "host": "spark://127.0.0.1", "port": 7077}
     monkeypatch.setenv("AIRFLOW_CONN_EPOCHAL_SPARK", json.dumps(spark))
+    # no S3 server behind the connection: the job's lease is held by a stand-in (what the task does
+    # with the lease is tested against a real store in tests/integration/airflow/)
+    held = SimpleNamespace(token=42, detach=lambda: None, release=lambda: True)
+    monkeypatch.setattr(SparkSubmitEpochOperator, "_hold_lease", lambda self, context, store: held)
     return record
 
 
@@ -145,6 +149,7 @@ def test_spark_submit_gets_credentials_in_its_environment_only(
         "s3://bucket/jobs?endpoint_url=http%3A%2F%2F127.0.0.1%3A8333&region=us-east-1"
     )
     assert argv[argv.index("--now-ms") + 1] == str(int(end.timestamp() * 1000))
+    assert argv[argv.index("--lease-token") + 1] == "42"  # the submitted driver is fenced by it
     assert RUN_EPOCH in argv
     assert record["env"]["AWS_SECRET_ACCESS_KEY"] == SECRET and record["env"]["AWS_ACCESS_KEY_ID"] == ACCESS
     assert SECRET not in " ".join(argv) and ACCESS not in " ".join(argv)

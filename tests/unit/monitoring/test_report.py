@@ -42,7 +42,7 @@ def test_report_is_self_contained_and_lists_every_checkpoint(
         (["--out", "x.txt"], "must end in .html"),
         (["--out", "/no/such/dir/r.html"], "does not exist; create it first"),
         (["--out", "r.html", "--limit", "0"], "report --limit 0 is invalid"),
-        (["--out", "r.html", "--job", "nothing-here"], "job nothing-here has no checkpoints"),
+        (["--out", "r.html", "--job", "nothing-here"], "job 'nothing-here' has no state"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(
