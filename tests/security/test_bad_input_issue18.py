@@ -13,18 +13,9 @@ from spark_jobs.cli import main
 from state_store.core import JobLayout, documents
 from state_store.core.manifests import StoppedRecord
 from state_store.storage import InvalidStoreURI, open_store
+from tests.unit.cli.support import epochal, files
 
 RUN = ["--executor", "local", "--time-step-ms", "10000"]
-
-
-def epochal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture

@@ -16,21 +16,11 @@ import pytest
 from state_store.core import JobRecords
 from state_store.storage import open_store
 from tests.integration.airflow.support import airflow_environment, dags_test, logical_date
-from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, new_clock, small_job
+from tests.integration.airflow.test_epoch_dag import reference_rows
+from tests.unit.runtime.support import STEP_MS, committed_rows, new_clock, small_job
 
 pytestmark = pytest.mark.integration
 DAG = "epochal_clickstream"
-
-
-def reference_rows(epochs: int) -> list[tuple[object, ...]]:
-    import tempfile
-
-    uri = Path(tempfile.mkdtemp()).as_uri()
-    job, clock = small_job(), new_clock()
-    for _ in range(epochs):
-        clock.advance(STEP_MS)
-        cycle(job, uri, clock)
-    return committed_rows(uri, job)
 
 
 def test_a_restore_dag_run_during_an_epoch_dag_run_defers_then_restores_and_output_stays_exactly_once(

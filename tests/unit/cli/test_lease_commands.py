@@ -12,23 +12,13 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.cli import main
 from state_store.core import JobRecords
 from state_store.core.lease import acquire
 from state_store.lease_keeper import HeldLease
 from state_store.storage import open_store
+from tests.unit.cli.support import epochal, files
 
 RUN = ["--executor", "local", "--time-step-ms", "10000"]
-
-
-def epochal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
-def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from spark_jobs.restore import RestoreRequest, restore
 from state_store.core import ChainHeadError, JobLayout
 from state_store.core.codec import canonical_json, sha256_hex
 from state_store.storage import open_store
+from tests.unit.cli.support import files
 from tests.unit.runtime.support import SINK, STEP_MS, committed_rows, cycle, new_clock, small_job
 
 
@@ -39,10 +40,6 @@ DAMAGES: dict[str, Callable[[bytes], bytes]] = {
     "base_contradicts_trigger": _edit_body(lambda body: body["positions"].update(base=None)),
     "completion_contradicts_decision": _edit_body(lambda body: body.update(completed_ms=1)),
 }
-
-
-def files(root: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
 
 
 @pytest.mark.parametrize("damage", sorted(DAMAGES))
