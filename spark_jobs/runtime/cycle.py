@@ -38,7 +38,7 @@ from spark_jobs.runtime.plan import EpochPlan
 from state_store.core import documents, killpoints
 from state_store.core.ack_bundles import write_ack_bundle
 from state_store.core.cleaner import apply_retention
-from state_store.core.completed import ChainHeadError
+from state_store.core.completed import ChainHeadError, CompletedCheckpointStore
 from state_store.core.coordinator import CheckpointCoordinator, CompletionResult, Gate
 from state_store.core.failures import CheckpointException, CheckpointFailureReason
 from state_store.core.jobrecord import JobRecords
@@ -221,18 +221,19 @@ def abort_abandoned(
     return aborted
 
 
-def recover_chain(job: Job, store: ObjectStore, coordinator: CheckpointCoordinator) -> str:
-    """Roll forward what was committed, and check the chain head. A head that does not verify
-    (or failed its audit) stops the job with ChainHeadError -- unless falling back to its base is
-    provably safe: no sink of the job committed any of its output. Then the job falls back, the
-    head is quarantined, and the returned line says so ("" when nothing was wrong)."""
+def recover_chain(
+    job: Job, store: ObjectStore, coordinator: CheckpointCoordinator
+) -> CompletedCheckpointStore:
+    """Roll forward what was committed, check the chain head, and return the completed store (the
+    head's lineage). A head that does not verify (or failed its audit) stops the job with
+    ChainHeadError -- unless falling back to its base is provably safe: no sink of the job committed
+    any of its output. Then the job falls back, the head is quarantined, and the log says so."""
     from spark_jobs.restore import finish_restore
 
     try:
         coordinator.roll_forward()
         finish_restore(job, store, coordinator)  # a restore that died after its commit
-        coordinator.recover()
-        return ""
+        return coordinator.recover()[0]
     except ChainHeadError as error:
         committed = [
             uid
@@ -255,7 +256,7 @@ def recover_chain(job: Job, store: ObjectStore, coordinator: CheckpointCoordinat
             "and reprocesses it; the checkpoint is quarantined"
         )
         log.warning(line)
-        return line
+        return coordinator.recover()[0]
 
 
 def _source_stages(job: Job) -> list[Stage]:
@@ -280,13 +281,13 @@ def trigger_epoch(
     another request is refused by the coordinator's concurrency check (the caller aborts those of
     dead runs first: ``abort_abandoned``)."""
     coordinator = coordinator_for(job, store, clock, kill, lease_token)
-    recover_chain(job, store, coordinator)  # first: a restore that died may still un-stop the job
+    completed = recover_chain(job, store, coordinator)  # first: a dead restore may un-stop the job
     if not savepoint:
         ensure_running(job, store)
-    notify_epoch_complete(job, store, clock, None, kill=kill, lease_token=lease_token)
+    notify_epoch_complete(job, store, clock, None, kill=kill, lease_token=lease_token, completed=completed)
     record = coordinator.job()
     parallelism = effective_parallelism(job, record)
-    latest = coordinator.latest_completed()
+    latest = completed.latest()
     if parallelism.rescale and log_rescale is not None:
         log_rescale(parallelism, rescale_plan(job, parallelism, latest.checkpoint_id if latest else None))
     scaled = with_parallelism(job, parallelism.effective)
@@ -429,12 +430,15 @@ def notify_epoch_complete(
     *,
     kill: KillSwitch = NO_KILL,
     lease_token: int | None = None,
+    completed: CompletedCheckpointStore | None = None,
 ) -> dict[str, tuple[int, ...]]:
-    """Step 4: commit the sink transactions of every completed checkpoint up to n (None: the
-    latest) that is not committed yet, oldest first. Idempotent; finishes an interrupted commit.
-    Each sink's commits are fenced: a caller that lost the job's lease commits nothing."""
+    """Step 4: commit the sink transactions of every completed checkpoint of the head's lineage up
+    to n (None: the latest) that is not committed yet, oldest first. Idempotent; finishes an
+    interrupted commit. Each sink's commits are fenced: a caller that lost the job's lease commits
+    nothing. ``completed``: the completed store the caller just recovered (else it is recovered)."""
     coordinator = coordinator_for(job, store, clock, lease_token=lease_token)
-    completed, _ = coordinator.recover()
+    if completed is None:
+        completed, _ = coordinator.recover()
     metas = sorted((c.metadata for c in completed), key=lambda m: m.checkpoint_id)
     up_to = checkpoint_id if checkpoint_id is not None else (metas[-1].checkpoint_id if metas else 0)
     committed: dict[str, tuple[int, ...]] = {}
@@ -528,27 +532,25 @@ class EpochCycle:
         job, store, clock, kill, token = self.job, self.store, self.clock, self.kill, self.lease_token
         if not request_id:  # a new run: whatever earlier runs left undecided is abandoned
             self.coordinator.abort_undecided(CheckpointFailureReason.JOB_FAILOVER, "a new run started")
-        recover_chain(job, store, self.coordinator)  # a restore that died may still un-stop the job
-        try:
-            ensure_running(job, store)
-        except JobStoppedError as exc:
-            return CycleReport(None, "stopped", reason=str(exc))
         plans: list[str] = []
 
         def log_rescale(parallelism: Parallelism, plan: str) -> None:
             log.warning("job %s: %s\n%s", job.job_id, parallelism.describe, plan)
             plans.append(f"{parallelism.describe}\n{plan}")
 
-        pending = trigger_epoch(
-            job,
-            store,
-            clock,
-            request_id=request_id,
-            force=drain or force,
-            kill=kill,
-            lease_token=token,
-            log_rescale=log_rescale,
-        )
+        try:
+            pending = trigger_epoch(
+                job,
+                store,
+                clock,
+                request_id=request_id,
+                force=drain or force,
+                kill=kill,
+                lease_token=token,
+                log_rescale=log_rescale,
+            )
+        except JobStoppedError as exc:
+            return CycleReport(None, "stopped", reason=str(exc))
         if pending is None:
             return CycleReport(None, "skipped", reason="no new input")
         n = pending.checkpoint_id

@@ -183,32 +183,23 @@ class TriggerCheckpointOperator(EpochalOperator):
     releases_lease = False
 
     def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
-        from spark_jobs.runtime.cycle import (
-            JobStoppedError,
-            abort_abandoned,
-            coordinator_for,
-            ensure_running,
-            recover_chain,
-            trigger_epoch,
-        )
+        from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, trigger_epoch
 
         clock = run_clock(context)
         run_id = context["run_id"]
-        recover_chain(job, store, coordinator_for(job, store, clock, lease_token=token))
-        try:
-            ensure_running(job, store)
-        except JobStoppedError as exc:
-            self.summary("trigger_checkpoint", status="stopped")
-            raise AirflowSkipException(str(exc)) from None
         aborted = abort_abandoned(job, store, clock, run_id, lease_token=token)
         self.check_failure_rate(job, store, clock, context)
 
         def log_rescale(parallelism: Any, plan: str) -> None:
             self.log.warning("epochal: job %s: %s\n%s", job.job_id, parallelism.describe, plan)
 
-        pending = trigger_epoch(
-            job, store, clock, request_id=run_id, lease_token=token, log_rescale=log_rescale
-        )
+        try:
+            pending = trigger_epoch(
+                job, store, clock, request_id=run_id, lease_token=token, log_rescale=log_rescale
+            )
+        except JobStoppedError as exc:
+            self.summary("trigger_checkpoint", status="stopped")
+            raise AirflowSkipException(str(exc)) from None
         if pending is None:
             self.summary("trigger_checkpoint", status="skipped", reason="no new input", aborted=aborted)
             raise AirflowSkipException("no new input since the last checkpoint: the epoch is skipped")
