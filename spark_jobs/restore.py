@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import os
 import posixpath
 from dataclasses import dataclass, field
@@ -45,7 +46,7 @@ from state_store.core.coordinator import RestoreCommit
 from state_store.core.failures import CheckpointFailureReason
 from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_group_range_for_subtask
 from state_store.core.layout import JobLayout
-from state_store.core.manifests import AckRecord, StateHandle, TaskId
+from state_store.core.manifests import AckRecord, JobRecord, StateHandle, TaskId
 from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
@@ -229,6 +230,7 @@ def import_snapshot(
         request_id=request_id,
         parallelism=job.parallelism,
         declared_parallelism=declared,
+        restoring=True,
     )
     n = pending.checkpoint_id
     attempt = coordinator.start_attempt(n).attempt
@@ -253,10 +255,11 @@ def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
     output committed after the restored checkpoint is retracted (a forced restore past a damaged
     latest checkpoint), the restored checkpoint is pinned (NO_CLAIM). The restore runs them itself;
     if it died after its commit, the next holder of the job's lease does (``recover_chain``).
-    Returns whether the head was an import."""
+    The steps run once per import (``JobRecord.restore_finished``), so a stop or an unpin made
+    after the restore stands. Returns whether they ran now."""
     record = coordinator.job()
     head = record.head if record.chained else None
-    if head is None or head.base is not None:
+    if head is None or head.base is not None or record.restore_finished == head.checkpoint_id:
         return False
     pending = coordinator.pending_record(head.checkpoint_id)
     follow_up = pending.positions.get(FOLLOW_UP)
@@ -275,6 +278,11 @@ def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
     pinned = follow_up.get("pin")
     if isinstance(pinned, int):
         pin(store, job.job_id, pinned, f"restored NO_CLAIM into checkpoint {n}")
+
+    def done(current: JobRecord) -> JobRecord:
+        return dataclasses.replace(current, restore_finished=n)
+
+    coordinator.records.fenced_update(coordinator.lease_token, done)  # once: later stops/unpins stand
     return True
 
 
@@ -363,6 +371,8 @@ def _prepare(
             damaged.base,
         )
     snapshot = load_snapshot(job, store, store_uri, request.source, clock)
+    if snapshot.kind == "checkpoint" and snapshot.checkpoint_id is not None and snapshot.job_id == job.job_id:
+        _refuse_retracted_lineage(job, store, snapshot.checkpoint_id)
     declared = job.parallelism
     if parallelism is not None and parallelism != job.parallelism:
         job = copy.copy(job)
@@ -377,6 +387,28 @@ def _prepare(
     )
     plan = plan_restore(job_shape(job), snapshot_shape(snapshot), options)
     return _Prepared(job, declared, snapshot, plan, damaged)
+
+
+def _refuse_retracted_lineage(job: Job, store: ObjectStore, checkpoint_id: int) -> None:
+    """A checkpoint whose own output, or an ancestor's, a sink retracted (an earlier forced restore
+    resumed before it) cannot be restored: its state says that output was emitted, the sink says it
+    was withdrawn, so resuming from it would lose it."""
+    from state_store.core.completed import lineage, load_completed
+
+    layout = JobLayout(job.job_id)
+    ids = {
+        c.checkpoint_id
+        for c in lineage(store, layout, load_completed(store, layout, checkpoint_id), 10**9, False)
+    }
+    for uid, spec in sink_specs(job).items():
+        retracted = sorted(ids & spec.create(store, job.job_id, uid).log.retracted_ids())
+        if retracted:
+            raise SnapshotError(
+                f"the output of checkpoint(s) {retracted} (checkpoint {checkpoint_id} and the ones it "
+                f"continues) was retracted from sink {uid} by a forced restore that resumed before "
+                f"them: restoring checkpoint {checkpoint_id} would lose it; restore from a checkpoint "
+                f"older than {retracted[0]}, or from a savepoint"
+            )
 
 
 def _accept(prepared: _Prepared, request: RestoreRequest) -> None:
@@ -414,15 +446,20 @@ def restore(
     """
     check_location(store_uri, request.source, request)
     store = open_store(store_uri)
-    prepared = _prepare(job, store, store_uri, clock, request, parallelism)
-    if request.dry_run:
-        return RestoreReport(prepared.plan)
-    _accept(prepared, request)
-    with hold if hold is not None else contextlib.nullcontext() as held:
+    with contextlib.ExitStack() as stack:
+        held: HeldLease | None = None
+        if not request.dry_run and _interrupted_head(job, store, clock):
+            # a commit (maybe a dying restore's) to finish first: that needs the lease
+            held = stack.enter_context(hold) if hold is not None else None
+            _finish_interrupted(job, store, clock, held.token if held is not None else lease_token, kill)
+        prepared = _prepare(job, store, store_uri, clock, request, parallelism)
+        if request.dry_run:
+            return RestoreReport(prepared.plan)
+        _accept(prepared, request)
+        if held is None and hold is not None:
+            held = stack.enter_context(hold)
         token = held.token if held is not None else lease_token
-        coordinator = coordinator_for(job, store, clock, kill, lease_token=token)
-        coordinator.roll_forward()  # a commit that was interrupted, and the follow-up of a restore
-        finish_restore(job, store, coordinator)  # that died after its own commit
+        _finish_interrupted(job, store, clock, token, kill)
         if held is not None and request.source == "latest":
             seen = prepared.snapshot.checkpoint_id
             prepared = _prepare(job, store, store_uri, clock, request, parallelism)
@@ -448,3 +485,22 @@ def restore(
             kill=kill,
         )
     return RestoreReport(prepared.plan, n)
+
+
+def _interrupted_head(job: Job, store: ObjectStore, clock: Clock) -> bool:
+    """Whether the job's latest checkpoint was committed but its commit was interrupted."""
+    try:
+        coordinator_for(job, store, clock).latest_completed()
+    except ChainHeadError as exc:
+        return exc.interrupted
+    return False
+
+
+def _finish_interrupted(
+    job: Job, store: ObjectStore, clock: Clock, token: int | None, kill: KillSwitch
+) -> None:
+    """Under the job's lease: finish an interrupted commit, and the follow-up of a restore that died
+    after its own commit, before this restore reads the job."""
+    coordinator = coordinator_for(job, store, clock, kill, lease_token=token)
+    coordinator.roll_forward()
+    finish_restore(job, store, coordinator)

@@ -249,6 +249,9 @@ def recover_chain(
                 error.base,
             ) from None
         previous = coordinator.fall_back(error)
+        generation = coordinator.job().generation
+        for uid, spec in sink_specs(job).items():  # the dropped head's output can never be committed
+            spec.create(store, job.job_id, uid).fence(generation)
         line = (
             f"job {job.job_id}: checkpoint {error.checkpoint_id} cannot be used ({error.key}); no sink "
             f"committed its output, so the job resumes from "

@@ -296,7 +296,14 @@ class CheckpointCoordinator:
         def back(current: JobRecord) -> JobRecord:
             if current.head != head:
                 raise error
-            return dataclasses.replace(current, head=previous)
+            # a new generation, as a restore of the base: a zombie's late commit of the dropped
+            # head's sink output (generation g) is refused by the sinks' fence (``spark_jobs``)
+            return dataclasses.replace(
+                current,
+                head=previous,
+                generation=current.generation + 1,
+                restored_from=head.base or 0,
+            )
 
         self.records.fenced_update(self.lease_token, back)
         record_key = self.layout.quarantined(head.checkpoint_id)
@@ -333,13 +340,15 @@ class CheckpointCoordinator:
         request_id: str = "",
         parallelism: int = 0,
         declared_parallelism: int = 0,
+        restoring: bool = False,
     ) -> PendingRecord:
         """Allocate and record checkpoint n (see module docstring); raise CheckpointException
         with a pre-flight reason when refused, JobFailedError when the job has failed.
 
         ``request_id`` (e.g. the Airflow DAG run id) makes the call idempotent: a retry whose
         first try created the checkpoint but lost the response gets the same undecided checkpoint
-        back instead of a second one (or a TOO_MANY_CONCURRENT_CHECKPOINTS refusal)."""
+        back instead of a second one (or a TOO_MANY_CONCURRENT_CHECKPOINTS refusal). ``restoring``:
+        a restore's import, which a failed job (too many failures in a row) must still accept."""
         props = properties or CheckpointProperties.checkpoint()
         if self._shutdown:
             raise CheckpointException(CheckpointFailureReason.COORDINATOR_SHUTDOWN)
@@ -349,7 +358,7 @@ class CheckpointCoordinator:
                 if existing.request_id == request_id:
                     return existing
         job = self.job()
-        failures = self.consecutive_failures()
+        failures = 0 if restoring else self.consecutive_failures()  # a restore is the remedy
         now = self.clock.now_ms()
         self.abort_expired()
         latest = None if props.forced else self.latest_completed()
@@ -635,17 +644,13 @@ class CheckpointCoordinator:
 
     def _uncommit(self, checkpoint_id: int, pending: PendingRecord, before: JobRecord) -> None:
         """Undo our own commit of n when its decision lost to an ABORT (see ``complete``): the
-        head and the parallelism go back to what ``before`` (the record our commit replaced) said."""
+        record goes back to ``before`` (the one our commit replaced), the lease as it is now."""
 
         def undo(current: JobRecord) -> JobRecord:
             if current.head is None or current.head.checkpoint_id != checkpoint_id:
                 return current
-            return dataclasses.replace(
-                current,
-                head=before.head,
-                parallelism=before.parallelism,
-                declared_parallelism=before.declared_parallelism,
-            )
+            # everything the commit changed (head, chain, parallelism, a restore's generation)
+            return dataclasses.replace(before, lease=current.lease, fencing_token=current.fencing_token)
 
         self.records.fenced_update(self.lease_token, undo)
 

@@ -62,12 +62,16 @@ class JobRecords:
         record = self.read()
         if record is not None:
             return record
-        generation = self._newest_generation()
+        generation, restored_from = self._newest_generation()
         fresh = JobRecord(
             self.job_id,
             generation or 1,
             max_parallelism,
             created_ms=now_ms,
+            restored_from=restored_from,
+            # a lost record's holders had small tokens: start far above any of them (zombies of
+            # the lost record are fenced), and keep tokens growing from there
+            fencing_token=0 if generation is None else now_ms,
             chained=generation is None,
         )
         try:
@@ -76,18 +80,27 @@ class JobRecords:
             pass
         return documents.read(self.store, self.layout.job_record, JobRecord)
 
-    def _newest_generation(self) -> int | None:
-        """The newest generation among the job's completed checkpoints (None: it has none)."""
+    def _newest_generation(self) -> tuple[int | None, int]:
+        """The newest generation among the job's completed checkpoints (None: it has none) and the
+        restore import that started it (0: none). A restore's import carries the generation before
+        the one its commit started; savepoints do not count (their epoch continued nothing)."""
         from state_store.core.manifests import CompletedMetadata
 
-        generations = []
+        newest: tuple[int, int] | None = None  # (generation, import id or 0)
         for info in self.store.list(self.layout.checkpoints_prefix):
-            if info.key.endswith("/_metadata.json"):
-                try:
-                    generations.append(documents.read(self.store, info.key, CompletedMetadata).generation)
-                except (ManifestError, ObjectNotFound):
-                    continue
-        return max(generations, default=None)
+            if not info.key.endswith("/_metadata.json"):
+                continue
+            try:
+                meta = documents.read(self.store, info.key, CompletedMetadata)
+            except (ManifestError, ObjectNotFound):
+                continue
+            if meta.properties.savepoint:
+                continue
+            imported = "restored_from" in meta.positions and meta.positions.get("base") is None
+            found = (meta.generation + 1, meta.checkpoint_id) if imported else (meta.generation, 0)
+            if newest is None or found[0] > newest[0] or (found[0] == newest[0] and found[1]):
+                newest = found
+        return (None, 0) if newest is None else newest
 
     def update(self, mutate: Mutation) -> JobRecord:
         """Apply ``mutate`` to the current record by CAS, re-reading after every lost race.

@@ -85,8 +85,9 @@ class LeaseLostError(RuntimeError):
         mine = "no lease" if token is None else f"lease token {token}"
         now = "nobody holds it" if current is None else f"{describe(current)} holds it"
         super().__init__(
-            f"job {job_id}: refused a change made under {mine}: {now} now; nothing was changed "
-            "(the job moved on without this actor: check `epochal checkpoints list` before retrying)"
+            f"job {job_id}: refused a change made under {mine}: {now} now; this change was not made "
+            "(what this actor committed before it stands: check `epochal checkpoints list` before "
+            "retrying)"
         )
 
 

@@ -85,6 +85,7 @@ class JobRecord:
     * ``chained`` -- True when ``head`` is authoritative (records written before chains existed
       have False: recovery then uses the newest verifying ``_metadata.json``).
     * ``head`` -- the chain head (None: no completed checkpoint in this generation's chain).
+    * ``restore_finished`` -- the restore's import whose follow-up is done (see the field).
     * ``parallelism`` -- the effective parallelism (0: the job definition's); ``declared_parallelism``
       -- the job definition's parallelism when ``parallelism`` was recorded, so a definition that
       changed since is recognised as a rescale.
@@ -102,6 +103,9 @@ class JobRecord:
     head: ChainHead | None = None
     parallelism: int = 0
     declared_parallelism: int = 0
+    restore_finished: int = 0
+    """The import (restore) whose follow-up steps are done (``spark_jobs.restore.finish_restore``):
+    they run once, so a stop or an unpin made after the restore stands."""
 
 
 @dataclass(frozen=True, slots=True)

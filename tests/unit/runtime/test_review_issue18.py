@@ -137,3 +137,73 @@ def test_a_forced_restore_from_a_savepoint_past_a_damaged_head_retracts_everythi
     # the same windows, counts and sums as a fault-free run (the max of a running total depends
     # on how epochs cut the input, which the rewind changed)
     assert [r[:5] for r in rows] == [r[:5] for r in reference(tmp_path, 6)]
+
+
+def test_a_stop_and_an_unpin_after_a_restore_stand(tmp_path: Path) -> None:
+    """A restore's follow-up runs once: it never deletes a later stop marker or re-pins."""
+    from spark_jobs.pins import pinned_ids
+    from spark_jobs.runtime.cycle import JobStoppedError, ensure_running
+    from state_store.core.coordinator import CheckpointCoordinator
+
+    uri, job, clock = three_epochs(tmp_path)
+    restore(job, uri, clock, RestoreRequest(source="latest"), parallelism=3)  # type: ignore[arg-type]
+    store = open_store(uri)
+    assert pinned_ids(store, "clickstream") == [3]
+    store.delete(JobLayout("clickstream").pin(3))  # an operator unpins it
+    take_savepoint(job, uri, clock, "halt", stop=True)  # type: ignore[arg-type]
+    report = cycle(job, uri, clock)  # type: ignore[arg-type]
+    assert report.status == "stopped"
+    with pytest.raises(JobStoppedError):
+        ensure_running(job, store)  # type: ignore[arg-type]
+    assert pinned_ids(store, "clickstream") == []
+    assert CheckpointCoordinator(store, "clickstream", clock=clock).job().restore_finished == 4  # type: ignore[arg-type]
+
+
+def test_a_restore_after_a_restore_that_died_after_its_commit_works(tmp_path: Path) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    with pytest.raises(SimulatedCrash):
+        restore(job, uri, clock, RestoreRequest(source="2"), kill=KillAt("before_metadata", 4))  # type: ignore[arg-type]
+    report = restore(job, uri, clock, RestoreRequest(source="latest"))  # type: ignore[arg-type]
+    assert report.checkpoint_id == 5  # the dying restore's import (4) was finished, then restored
+
+
+def test_a_failed_job_can_be_restored_as_its_error_says(tmp_path: Path) -> None:
+    from state_store.core import JobFailedError
+
+    uri, job, clock = three_epochs(tmp_path)
+    for _ in range(4):
+        clock.advance(STEP_MS)  # type: ignore[attr-defined]
+        report = cycle(job, uri, clock, gate=lambda metadata: "injected expectation failure")  # type: ignore[arg-type]
+        assert report.status == "aborted"
+    clock.advance(STEP_MS)  # type: ignore[attr-defined]
+    with pytest.raises(JobFailedError, match="restore from the latest checkpoint"):
+        cycle(job, uri, clock)  # type: ignore[arg-type]
+    assert restore(job, uri, clock, RestoreRequest(source="latest")).checkpoint_id is not None  # type: ignore[arg-type]
+    assert cycle(job, uri, clock).status == "completed"  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("then_savepoint", [False, True])
+def test_a_lost_job_record_after_a_restore_continues_from_the_newest_checkpoint(
+    then_savepoint: bool, tmp_path: Path
+) -> None:
+    uri, job, clock = three_epochs(tmp_path)
+    restore(job, uri, clock, RestoreRequest(source="latest"))  # type: ignore[arg-type]
+    if then_savepoint:
+        take_savepoint(job, uri, clock, "sp")  # type: ignore[arg-type]
+    (tmp_path / "store" / JobLayout("clickstream").job_record).unlink()
+    clock.advance(STEP_MS)  # type: ignore[attr-defined]
+    assert cycle(job, uri, clock).status == "completed"  # type: ignore[arg-type]
+    rows = committed_rows(uri, job)  # type: ignore[arg-type]
+    assert len({(r[0], r[1]) for r in rows}) == len(rows)  # no window twice
+    assert [r[:5] for r in rows] == [r[:5] for r in reference(tmp_path, 4)]
+
+
+def test_a_restore_from_a_checkpoint_whose_output_was_retracted_is_refused(tmp_path: Path) -> None:
+    from spark_jobs.snapshots import SnapshotError
+
+    uri, job, clock = three_epochs(tmp_path)
+    path = tmp_path / "store" / JobLayout("clickstream").metadata(3)
+    path.write_bytes(b"")
+    restore(job, uri, clock, RestoreRequest(source="1", force=True))  # type: ignore[arg-type]  # retracts 2, 3
+    with pytest.raises(SnapshotError, match=r"output of checkpoint\(s\) \[2\].*older than 2"):
+        restore(job, uri, clock, RestoreRequest(source="2"))  # type: ignore[arg-type]
