@@ -448,11 +448,18 @@ def restore(
     store = open_store(store_uri)
     with contextlib.ExitStack() as stack:
         held: HeldLease | None = None
-        if not request.dry_run and _interrupted_head(job, store, clock):
-            # a commit (maybe a dying restore's) to finish first: that needs the lease
+        try:
+            if _interrupted_head(job, store, clock):
+                raise ChainHeadError("", 0, "", interrupted=True)
+            prepared = _prepare(job, store, store_uri, clock, request, parallelism)
+        except ChainHeadError as exc:
+            if not exc.interrupted or request.dry_run:
+                raise
+            # a commit not written yet (in progress, or its writer died): finish it under the lease
+            # -- a running commit holds the lease, so this waits (--wait) or says who is busy
             held = stack.enter_context(hold) if hold is not None else None
             _finish_interrupted(job, store, clock, held.token if held is not None else lease_token, kill)
-        prepared = _prepare(job, store, store_uri, clock, request, parallelism)
+            prepared = _prepare(job, store, store_uri, clock, request, parallelism)
         if request.dry_run:
             return RestoreReport(prepared.plan)
         _accept(prepared, request)

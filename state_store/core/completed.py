@@ -382,13 +382,11 @@ def load_head(
         _check_against_its_records(store, layout, completed)
         return completed
     except ObjectNotFound:
-        if store.head(layout.decision(checkpoint_id)) is None:
-            problem = "was committed but its commit was interrupted before the decision was written"
-        else:
-            problem = "was committed but its commit was interrupted before _metadata.json was written"
+        missing = "its decision" if store.head(layout.decision(checkpoint_id)) is None else "_metadata.json"
         raise ChainHeadError(
-            f"checkpoint {checkpoint_id} of job {layout.job_id} (the latest completed) {problem}: "
-            "the next `epochal run` or epoch DAG run finishes it (it holds the job's lease)",
+            f"checkpoint {checkpoint_id} of job {layout.job_id} (the latest completed) is committed but "
+            f"{missing} is not written yet (a commit in progress, or one whose writer died): the holder "
+            "of the job's lease finishes it, or else the next `epochal run` or epoch DAG run",
             checkpoint_id,
             key,
             interrupted=True,
