@@ -24,7 +24,7 @@ install: $(STAMP) ## Create .venv and install Epochal with its pinned, tested de
 
 lint: $(STAMP) ## ruff, import-linter (layer rules) and mypy (strict on state_store)
 	$(BIN)/ruff check .
-	$(BIN)/lint-imports
+	PYTHONPATH=plugins $(BIN)/lint-imports
 	$(BIN)/mypy state_store spark_jobs plugins/epochal_airflow
 
 browser-deps: ## Headless Chromium for the UI browser test (Debian chromium + chromium-driver), if it can
@@ -43,7 +43,7 @@ test: lint browser-deps ## Lint, then the whole pytest suite (unit + integration
 	$(BIN)/pytest
 
 demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite
-	PYTHONPATH=plugins:. $(BIN)/python -m epochal_airflow.demo
+	PYTHONPATH=plugins:. $(BIN)/python deploy/demo.py
 
 clean: ## Remove the venv, caches and demo output
 	rm -rf $(VENV) .demo .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -17,11 +17,11 @@ from spark_jobs.api.job import Job
 from spark_jobs.restore import RestoreRequest, restore
 from spark_jobs.runtime.cycle import EpochCycle, sink_specs
 from spark_jobs.snapshots import read_savepoint
+from state_store.clocks import ManualClock
 from state_store.core.layout import JobLayout, validate_name
 from state_store.core.ports import ObjectStore
 from state_store.lease_keeper import HeldLease, holder_id
 from state_store.storage import open_store
-from state_store.testing import ManualClock
 
 
 class BackfillTargetExists(ValueError):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 from collections.abc import Sequence
@@ -21,7 +22,7 @@ from typing import Any
 
 from spark_jobs.jobs.loading import JobNotFoundError
 from spark_jobs.pins import PinError
-from state_store.clock import SystemClock
+from state_store.clocks import SystemClock
 from state_store.core import (
     CheckpointConfig,
     CheckpointSummary,
@@ -37,10 +38,10 @@ from state_store.core import (
 from state_store.core.codec import to_jsonable
 from state_store.core.layout import JobLayout
 from state_store.core.lease import LeaseHeldError, LeaseLostError
+from state_store.faults import InvalidFaultSpec, kill_switch_from_env
 from state_store.lease_keeper import HeldLease, holder_id
 from state_store.storage import InvalidStoreURI, open_store
 from state_store.storage.uri import redact
-from state_store.testing.killpoints import InvalidFaultSpec, kill_switch_from_env
 
 
 class UsageError(Exception):
@@ -74,7 +75,7 @@ def format_history(rows: Sequence[CheckpointSummary]) -> str:
 
 def _simulated_clock(store: Any, job_id: str, start_ms: int) -> Any:
     """A clock that resumes where the job's newest checkpoint left off (simulated event time)."""
-    from state_store.testing import ManualClock
+    from state_store.clocks import ManualClock
 
     rows = checkpoint_history(store, job_id)
     return ManualClock(max([start_ms, *(r.trigger_ms for r in rows)]))
@@ -120,7 +121,7 @@ def _run_epochs(
     from spark_jobs.sources.generator import DEFAULT_START_MS
 
     store = open_store(store_uri)
-    kill = kill_switch_from_env()
+    kill = kill_switch_from_env(os.environ)
     with _lease(store, job.job_id, "epochal run", args or argparse.Namespace(), job.max_parallelism) as lease:
         clock: Any = (
             SystemClock() if step_ms is None else _simulated_clock(store, job.job_id, DEFAULT_START_MS)
@@ -213,7 +214,7 @@ def _cmd_protocol_demo(args: argparse.Namespace) -> int:
     from spark_jobs.protocol_demo import run_protocol_demo
 
     store = open_store(args.store)
-    rows = run_protocol_demo(store, args.job, epochs=args.epochs, kill=kill_switch_from_env())
+    rows = run_protocol_demo(store, args.job, epochs=args.epochs, kill=kill_switch_from_env(os.environ))
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=1))
     else:
@@ -269,7 +270,7 @@ def _cmd_retention(args: argparse.Namespace) -> int:
             store, args.job, config, SystemClock(), dry_run=True, pinned=frozenset(args.pin)
         )
     else:
-        kill = kill_switch_from_env()
+        kill = kill_switch_from_env(os.environ)
         with _lease(store, args.job, "epochal retention", args) as lease:
             from state_store.core.coordinator import CheckpointCoordinator
 
@@ -400,7 +401,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
     _check_time_step(args)
     job = load_job(args.job_ref)
     savepoint_location(args.store, job.job_id, args.name)  # a bad name is refused before the lease
-    kill = kill_switch_from_env()
+    kill = kill_switch_from_env(os.environ)
     store = open_store(args.store)
     with _lease(store, job.job_id, "epochal savepoint", args, job.max_parallelism) as lease:
         clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
@@ -487,7 +488,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
-    from spark_jobs.restore import RestoreRequest, restore
+    from spark_jobs.restore import RestoreRequest, restore, roots_from_text
 
     _check_time_step(args)
     job = load_job(args.job_ref)
@@ -505,11 +506,12 @@ def _cmd_restore(args: argparse.Namespace) -> int:
         allow_foreign=args.allow_foreign,
         dry_run=args.dry_run,
         force=args.force,
+        roots=roots_from_text(os.environ.get("EPOCHAL_SNAPSHOT_ROOTS", "")),
     )
     store = open_store(args.store)
     clock = _simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
     hold = None if args.dry_run else _lease(store, job.job_id, "epochal restore", args, job.max_parallelism)
-    kill = kill_switch_from_env()  # validated before anything changes
+    kill = kill_switch_from_env(os.environ)  # validated before anything changes
     report = restore(job, args.store, clock, request, parallelism=args.parallelism, hold=hold, kill=kill)
     if args.json:
         print(json.dumps({"plan": report.plan.to_json(), "checkpoint_id": report.checkpoint_id}))

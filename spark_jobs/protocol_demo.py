@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from state_store.clock import SystemClock
+from state_store.clocks import SystemClock
 from state_store.core import (
     AckRecord,
     CheckpointConfig,

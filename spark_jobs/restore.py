@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
-import os
 import posixpath
 from dataclasses import dataclass, field
 from typing import Any
@@ -73,15 +72,19 @@ class RestoreRequest:
     allow_foreign: bool = False
     dry_run: bool = False
     force: bool = False  # restore even if the snapshot's validation failed
-    # Snapshot roots: when given (or EPOCHAL_SNAPSHOT_ROOTS is set: comma-separated URIs), a savepoint
-    # location must lie under one of them or under the job's store, unless allow_outside_roots.
+    # Snapshot roots: when given (the entry points pass EPOCHAL_SNAPSHOT_ROOTS: comma-separated URIs), a
+    # savepoint location must lie under one of them or under the job's store, unless allow_outside_roots.
     roots: tuple[str, ...] = ()
     allow_outside_roots: bool = False
 
 
+def roots_from_text(text: str) -> tuple[str, ...]:
+    """The snapshot roots of an ``EPOCHAL_SNAPSHOT_ROOTS`` value (comma-separated storage URIs)."""
+    return tuple(r.strip() for r in text.split(",") if r.strip())
+
+
 def configured_roots(request: RestoreRequest) -> tuple[str, ...]:
-    env = os.environ.get("EPOCHAL_SNAPSHOT_ROOTS", "")
-    return tuple(request.roots) + tuple(r.strip() for r in env.split(",") if r.strip())
+    return tuple(request.roots)
 
 
 def _under(location: str, root: str) -> bool:

@@ -25,7 +25,7 @@ import time
 import uuid
 from types import TracebackType
 
-from state_store.clock import SystemClock
+from state_store.clocks import SystemClock
 from state_store.core.jobrecord import JobRecords
 from state_store.core.lease import (
     DEFAULT_TTL_MS,

@@ -27,6 +27,7 @@ from __future__ import annotations
 import difflib
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -41,6 +42,8 @@ KEYS = (
     "EPOCHAL_SPARK_CONF",
     "EPOCHAL_SCHEDULE",
     "EPOCHAL_RESTART",
+    "EPOCHAL_SNAPSHOT_ROOTS",
+    "EPOCHAL_MONITOR_JOBS",
 )
 _SECRET_CONF = re.compile(r"secret|password|token|access[._]?key|credential", re.IGNORECASE)
 
@@ -188,3 +191,28 @@ class EpochalSettings:
             spark_conn_id=spark_conn_id,
             spark_conf=parse_spark_conf(e.get("EPOCHAL_SPARK_CONF", "")),
         )
+
+
+def snapshot_roots(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
+    """``EPOCHAL_SNAPSHOT_ROOTS``: the storage URIs a restore's savepoint location must lie under
+    (besides the job's own store); empty when unset (any location)."""
+    from spark_jobs.restore import roots_from_text
+
+    e = os.environ if env is None else env
+    return roots_from_text(e.get("EPOCHAL_SNAPSHOT_ROOTS", ""))
+
+
+def monitored_jobs(env: Mapping[str, str] | None = None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The Checkpoints view's jobs: ``EPOCHAL_JOBS`` (default: every example) and the extra job ids
+    of ``EPOCHAL_MONITOR_JOBS`` (jobs with state in the store but no DAG here)."""
+    e = os.environ if env is None else env
+    refs = _names(e.get("EPOCHAL_JOBS", ""))
+    if not refs:
+        from spark_jobs.examples import EXAMPLES
+
+        refs = tuple(sorted(EXAMPLES))
+    return refs, _names(e.get("EPOCHAL_MONITOR_JOBS", ""))
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(j.strip() for j in text.split(",") if j.strip())

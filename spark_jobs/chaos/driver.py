@@ -22,7 +22,6 @@ switches armed through ``EPOCHAL_FAULT`` are cleared as soon as they fire.
 
 from __future__ import annotations
 
-import os
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -32,14 +31,14 @@ from spark_jobs.api.job import Job
 from spark_jobs.chaos.store import ChaosStore
 from spark_jobs.runtime import cycle
 from spark_jobs.runtime.plan import EpochPlan
+from state_store.clocks import ManualClock
 from state_store.core.coordinator import Gate
 from state_store.core.jobrecord import JobRecords
 from state_store.core.lease import DEFAULT_TTL_MS, LeaseHeldError, acquire, release
 from state_store.core.manifests import Lease
 from state_store.core.ports import NO_KILL, KillSwitch
+from state_store.faults import KillAt, SimulatedCrash, parse_fault
 from state_store.lease_keeper import takeover_rule
-from state_store.testing import SimulatedCrash, kill_switch_from_env
-from state_store.testing.clock import ManualClock
 
 Hook = Callable[["Driver", int], None]
 _STORE_KINDS = {
@@ -176,8 +175,8 @@ class Driver:
     def _kill(self) -> KillSwitch:
         if self.plan.kill_spec is None:
             return NO_KILL
-        os.environ["EPOCHAL_FAULT"] = self.plan.kill_spec
-        return kill_switch_from_env()
+        point, checkpoint_id = parse_fault(self.plan.kill_spec)
+        return KillAt(point, checkpoint_id)
 
     def step(self, name: str, run_id: str, checkpoint_id: int | None, gate: Gate | None) -> Any:
         job, store, clock = self.job, self.store, self.clock
@@ -207,8 +206,6 @@ class Driver:
                 self.plan.kill_spec = None
                 self.note(f"fault:kill:{crash.point}")
             raise
-        finally:
-            os.environ.pop("EPOCHAL_FAULT", None)
 
     def _gate(self) -> Gate | None:
         if self.plan.gate_failures <= 0:

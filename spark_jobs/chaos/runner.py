@@ -31,8 +31,8 @@ from spark_jobs.examples.clickstream import build_job
 from spark_jobs.runtime import cycle
 from spark_jobs.sinks.reader import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS
+from state_store.clocks import ManualClock
 from state_store.core.ports import ObjectStore
-from state_store.testing.clock import ManualClock
 
 SINK = "page-counts-sink"
 

@@ -18,10 +18,10 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, cast
 
+from state_store.clocks import ManualClock
 from state_store.core.ports import ObjectData, ObjectInfo, ObjectStore, TransientStoreError
 from state_store.storage.memory import MemoryObjectStore
 from state_store.testing import Fault, FaultyObjectStore, SimulatedCrash
-from state_store.testing.clock import ManualClock
 
 
 class RestoreCrash(SimulatedCrash):
@@ -44,15 +44,14 @@ class ChaosStore:
         self._resets: list[list[Any]] = []  # [glob, times]
         self._restore_crashes: list[list[Any]] = []  # [glob, times]
         self.fired: list[tuple[str, str, str]] = []  # (op, key, kind) of this store's own faults
-        cast(dict[str, Any], MemoryObjectStore._named)[self.name] = self
+        MemoryObjectStore.register(self.name, cast(MemoryObjectStore, self))
 
     @property
     def uri(self) -> str:
         return f"memory://{self.name}"
 
     def close(self) -> None:
-        with MemoryObjectStore._named_lock:
-            MemoryObjectStore._named.pop(self.name, None)
+        MemoryObjectStore.forget(self.name)
 
     # -- arming -----------------------------------------------------------------------------
     def arm(self, fault: Fault) -> None:

@@ -83,12 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     from spark_jobs.jobs.loading import load_job
     from spark_jobs.jobs.watchdog import ExecutorLossWatchdog
     from spark_jobs.runtime.cycle import run_epoch
-    from state_store.clock import SystemClock
-    from state_store.testing.killpoints import kill_switch_from_env
-
-    class FixedClock:
-        def now_ms(self) -> int:
-            return int(args.now_ms)
+    from state_store.clocks import ManualClock, SystemClock
+    from state_store.faults import kill_switch_from_env
 
     job = load_job(args.job)
     spark = session(args.master, f"epochal-{job.job_id}") if args.executor == "spark" else None
@@ -100,11 +96,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                     job,
                     args.store,
                     args.checkpoint,
-                    FixedClock() if args.now_ms is not None else SystemClock(),
+                    ManualClock(args.now_ms) if args.now_ms is not None else SystemClock(),
                     executor=args.executor,
                     spark=spark,
                     drain=args.drain,
-                    kill=kill_switch_from_env(),
+                    kill=kill_switch_from_env(os.environ),
                     lease_token=args.lease_token,
                 )
             except Exception:

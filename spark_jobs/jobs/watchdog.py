@@ -32,7 +32,8 @@ class ExecutorLossWatchdog:
         self.lost: set[str] = set()
 
     def executor_ids(self) -> set[str]:
-        text = str(self._sc._jsc.sc().getExecutorIds().mkString(","))
+        # PySpark has no public call for the live executors; the JVM SparkContext has one
+        text = str(self._sc._jsc.sc().getExecutorIds().mkString(","))  # noqa: SLF001
         return {i for i in text.split(",") if i}
 
     def _run(self) -> None:

@@ -61,6 +61,7 @@ from state_store.core.twophase import (
     records_from_metadata,
     records_from_snapshot,
 )
+from state_store.faults import task_kill_spec
 from state_store.storage import open_store
 
 Executor = str  # "local" (in process) or "spark"
@@ -362,6 +363,7 @@ def run_epoch(
         positions=dict(pending.positions.get("ranges", {})),
         restore_id=pending.positions.get("base"),
         drain=drain,
+        kill=task_kill_spec(kill),
     )
     acks: list[AckBundleEntry] = []
     if executor == "spark":

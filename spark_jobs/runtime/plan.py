@@ -11,10 +11,15 @@ from typing import Any
 
 from spark_jobs.api.graph import Stage
 from spark_jobs.api.job import Job
+from state_store.faults import KillSpec
 
 
 @dataclass(frozen=True)
 class EpochPlan:
+    """Everything a Spark task needs, and nothing it must read elsewhere: the epoch's time is
+    ``trigger_ms`` (tasks never read a clock), the fault to inject is ``kill`` (tasks never read the
+    environment; each task arms its own switch from it)."""
+
     job: Job
     store_uri: str
     checkpoint_id: int
@@ -25,6 +30,7 @@ class EpochPlan:
     positions: dict[str, list[int]]
     restore_id: int | None
     drain: bool = False
+    kill: KillSpec | None = None
 
     def stages(self) -> list[Stage]:
         return self.job.graph.stages()

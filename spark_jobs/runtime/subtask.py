@@ -75,8 +75,8 @@ from state_store.core.stream import (
     create_barrier_handler,
 )
 from state_store.core.twophase import PreCommittedTxn, sink_snapshot
+from state_store.faults import arm
 from state_store.storage import open_store
-from state_store.testing.killpoints import kill_switch_from_env
 
 _metadata_cache: dict[tuple[str, int], CompletedMetadata] = {}
 _cache_lock = threading.Lock()
@@ -160,7 +160,7 @@ class SubtaskRunner:
         self.subtask = subtask
         self.store = open_store(plan.store_uri)
         self.layout = JobLayout(self.job.job_id)
-        self.kill = kill_switch_from_env()
+        self.kill = arm(plan.kill)
         self.responder = TaskCheckpointResponder(self.store, self.job.job_id, kill=self.kill)
         self.consumer = topo.consumer_of(self.stages, self.stage)
         self.outbox: list[tuple[int, Message]] = []

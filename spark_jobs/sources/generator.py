@@ -41,7 +41,7 @@ from spark_jobs.sources.clickstream import (
 )
 from spark_jobs.sources.dead_letters import DeadLetters
 from spark_jobs.sources.errors import InvalidPartitionError, OffsetOutOfRangeError
-from state_store.clock import SystemClock
+from state_store.clocks import SystemClock
 from state_store.core.ports import Clock
 
 DEFAULT_START_MS = 1_700_000_000_000

@@ -72,7 +72,7 @@ from state_store.core.codec import (
 from state_store.core.layout import JobLayout
 from state_store.core.ports import ObjectAlreadyExists, ObjectNotFound, ObjectStore, StoreError
 from state_store.monitoring.model import CheckpointRow
-from state_store.monitoring.reader import _list_checkpoints, _Listed, _row
+from state_store.monitoring.rows import Listing, checkpoint_row, list_checkpoints
 
 KIND = "checkpoint-history"
 SEAL_ROWS = 1000
@@ -91,12 +91,12 @@ class ArchivedRow:
     token: str
 
     @staticmethod
-    def of(row: CheckpointRow, item: _Listed) -> ArchivedRow:
+    def of(row: CheckpointRow, item: Listing) -> ArchivedRow:
         return ArchivedRow(row, item.token())
 
-    def listed(self) -> _Listed:
+    def listed(self) -> Listing:
         """A stand-in for the folder's listing: decided, with the archived token."""
-        return _Listed(dict(_STAND_IN), {}, 0, self.token)
+        return Listing(dict(_STAND_IN), {}, 0, self.token)
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,7 +361,7 @@ def archive_history(
     cache = {} if cache is None else cache
     reads = 0
     for _ in range(max(1, attempts)):
-        listed = {i: x for i, x in _list_checkpoints(store, layout).items() if "_pending.json" in x.docs}
+        listed = {i: x for i, x in list_checkpoints(store, layout).items() if "_pending.json" in x.docs}
         view = load_archive(store, layout, cache=cache)
         reads += view.reads
         fresh: list[ArchivedRow] = []
@@ -373,7 +373,7 @@ def archive_history(
                 continue
             if known is not None and known.token == item.token():
                 continue
-            row, n = _row(store, layout, i, item)
+            row, n = checkpoint_row(store, layout, i, item)
             reads += n
             if row.status in FINAL:
                 fresh.append(ArchivedRow.of(row, item))

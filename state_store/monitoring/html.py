@@ -79,23 +79,23 @@ def fmt_bytes(n: float | None) -> str:
     return f"{n:.1f} GiB"
 
 
-def _e(value: Any) -> str:
+def esc(value: Any) -> str:
     return html.escape(str(value), quote=True)
 
 
 def _a(href: str | None, text: str, *, top: bool = False) -> str:
     """A link (``top``: opens in the whole window, not inside the Airflow UI's iframe)."""
     target = ' target="_top"' if top else ""
-    return f'<a href="{_e(href)}"{target}>{_e(text)}</a>' if href else _e(text)
+    return f'<a href="{esc(href)}"{target}>{esc(text)}</a>' if href else esc(text)
 
 
 def svg_chart(title: str, points: Sequence[tuple[int, float]], fmt: Callable[[float], str]) -> str:
     """A line chart of (checkpoint id, value) points as inline SVG (``<svg class="chart">``)."""
     width, height, pad = 460, 180, 40
     head = (
-        f'<svg class="chart" role="img" aria-label="{_e(title)}" width="{width}" height="{height}" '
+        f'<svg class="chart" role="img" aria-label="{esc(title)}" width="{width}" height="{height}" '
         f'viewBox="0 0 {width} {height}" xmlns="http://www.w3.org/2000/svg">'
-        f'<text x="{pad}" y="14" font-size="12" font-weight="bold">{_e(title)}</text>'
+        f'<text x="{pad}" y="14" font-size="12" font-weight="bold">{esc(title)}</text>'
     )
     if not points:
         return (
@@ -116,13 +116,13 @@ def svg_chart(title: str, points: Sequence[tuple[int, float]], fmt: Callable[[fl
     coords = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in points)
     dots = "".join(
         f'<circle cx="{sx(x):.1f}" cy="{sy(y):.1f}" r="2.5" fill="#2b6cb0">'
-        f"<title>checkpoint {x}: {_e(fmt(y))}</title></circle>"
+        f"<title>checkpoint {x}: {esc(fmt(y))}</title></circle>"
         for x, y in points
     )
     axes = (
         f'<line x1="{pad}" y1="{24 + plot_h}" x2="{width - 10}" y2="{24 + plot_h}" stroke="#a0aec0"/>'
         f'<line x1="{pad}" y1="24" x2="{pad}" y2="{24 + plot_h}" stroke="#a0aec0"/>'
-        f'<text x="2" y="30" font-size="10">{_e(fmt(y1))}</text>'
+        f'<text x="2" y="30" font-size="10">{esc(fmt(y1))}</text>'
         f'<text x="2" y="{24 + plot_h}" font-size="10">0</text>'
         f'<text x="{pad}" y="{height - 4}" font-size="10">#{x0}</text>'
         f'<text x="{width - 10}" y="{height - 4}" font-size="10" text-anchor="end">#{x1}</text>'
@@ -131,17 +131,17 @@ def svg_chart(title: str, points: Sequence[tuple[int, float]], fmt: Callable[[fl
     return head + axes + line + dots + "</svg>"
 
 
-def _page(title: str, body: str) -> str:
+def page(title: str, body: str) -> str:
     return (
         '<!doctype html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>"
+        f"<title>{esc(title)}</title><style>{_CSS}</style></head><body>{body}</body></html>"
     )
 
 
 def _overview(stats: JobStats, links: Links) -> str:
     o = stats.overview
     cards = "".join(
-        f'<div class="card" data-count="{k}"><span class="muted">{_e(label)}</span><b>{v}</b></div>'
+        f'<div class="card" data-count="{k}"><span class="muted">{esc(label)}</span><b>{v}</b></div>'
         for k, label, v in (
             ("triggered", "triggered", o.triggered),
             ("in_progress", "in progress", o.in_progress + o.completing),
@@ -153,10 +153,10 @@ def _overview(stats: JobStats, links: Links) -> str:
 
     def latest(label: str, r: CheckpointRow | None, extra: str) -> str:
         if r is None:
-            return f"<tr><th>{_e(label)}</th><td colspan=3>none</td></tr>"
+            return f"<tr><th>{esc(label)}</th><td colspan=3>none</td></tr>"
         return (
-            f"<tr><th>{_e(label)}</th><td>{_a(links.detail(r.checkpoint_id), f'#{r.checkpoint_id}')}</td>"
-            f"<td>{_e(fmt_ms(r.end_ms or r.trigger_ms))}</td><td>{_e(extra)}</td></tr>"
+            f"<tr><th>{esc(label)}</th><td>{_a(links.detail(r.checkpoint_id), f'#{r.checkpoint_id}')}</td>"
+            f"<td>{esc(fmt_ms(r.end_ms or r.trigger_ms))}</td><td>{esc(extra)}</td></tr>"
         )
 
     rows = "".join(
@@ -186,9 +186,9 @@ def _overview(stats: JobStats, links: Links) -> str:
 def _summary(stats: JobStats) -> str:
     def row(label: str, s: SummaryStats, fmt: Callable[[float | None], str]) -> str:
         cells = "".join(
-            f'<td class="n">{_e(fmt(getattr(s, k)))}</td>' for k in ("min", "avg", "p50", "p99", "max")
+            f'<td class="n">{esc(fmt(getattr(s, k)))}</td>' for k in ("min", "avg", "p50", "p99", "max")
         )
-        return f"<tr><th>{_e(label)}</th>{cells}<td class='n'>{s.count}</td></tr>"
+        return f"<tr><th>{esc(label)}</th>{cells}<td class='n'>{s.count}</td></tr>"
 
     return (
         '<h2>Summary (completed checkpoints)</h2><table class="summary"><tr><th></th><th>min</th><th>avg</th>'
@@ -221,17 +221,17 @@ def history_table(rows: Sequence[CheckpointRow], links: Links) -> str:
     body = []
     for r in rows:
         kind = " (savepoint)" if r.savepoint else ""
-        reason = f'<br><span class="muted">{_e(r.reason)}</span>' if r.reason else ""
+        reason = f'<br><span class="muted">{esc(r.reason)}</span>' if r.reason else ""
         body.append(
-            f'<tr class="checkpoint" data-id="{r.checkpoint_id}" data-status="{_e(r.status)}">'
+            f'<tr class="checkpoint" data-id="{r.checkpoint_id}" data-status="{esc(r.status)}">'
             f"<td>{_a(links.detail(r.checkpoint_id), str(r.checkpoint_id))}</td>"
-            f'<td class="{_e(r.status)}">{_e(r.status)}{kind}{reason}</td>'
-            f"<td>{_e(fmt_ms(r.trigger_ms))}</td><td class='n'>{_e(fmt_duration(r.duration_ms))}</td>"
-            f"<td class='n'>{r.acked}/{r.expected}</td><td class='n'>{_e(fmt_bytes(r.state_size))}</td>"
-            f"<td class='n'>{_e(fmt_bytes(r.incremental_size))}</td>"
-            f"<td class='n'>{_e(fmt_duration(r.alignment_ms) if r.alignment_ms is not None else 'n/a')}</td>"
+            f'<td class="{esc(r.status)}">{esc(r.status)}{kind}{reason}</td>'
+            f"<td>{esc(fmt_ms(r.trigger_ms))}</td><td class='n'>{esc(fmt_duration(r.duration_ms))}</td>"
+            f"<td class='n'>{r.acked}/{r.expected}</td><td class='n'>{esc(fmt_bytes(r.state_size))}</td>"
+            f"<td class='n'>{esc(fmt_bytes(r.incremental_size))}</td>"
+            f"<td class='n'>{esc(fmt_duration(r.alignment_ms) if r.alignment_ms is not None else 'n/a')}</td>"
             f"<td>{_a(links.run(r), r.run_id, top=True) if r.run_id else '-'}</td>"
-            f'<td title="{_e(r.validation_detail)}">{_e(r.validation)}</td></tr>'
+            f'<td title="{esc(r.validation_detail)}">{esc(r.validation)}</td></tr>'
         )
     return f'<table class="history">{head}{"".join(body)}</table>'
 
@@ -247,7 +247,7 @@ def _pager(stats: JobStats, offset: int, limit: int, status: str | None, links: 
 
 
 def _configuration(config: dict[str, Any]) -> str:
-    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in config.items())
+    rows = "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in config.items())
     return f'<h2>Configuration</h2><table class="configuration">{rows}</table>'
 
 
@@ -267,7 +267,7 @@ def job_page(
     rows = stats.page(offset=offset, limit=limit, status=status)
     heading = title or f"Checkpoints of job {stats.job_id}"
     body = (
-        f"{nav}<h1>{_e(heading)}</h1>"
+        f"{nav}<h1>{esc(heading)}</h1>"
         + _overview(stats, links)
         + _summary(stats)
         + _charts(stats)
@@ -276,7 +276,7 @@ def job_page(
         + history_table(rows, links)
         + _configuration(configuration if configuration is not None else stats.configuration)
     )
-    return _page(heading, body)
+    return page(heading, body)
 
 
 def detail_page(detail: CheckpointDetail, *, links: Links | None = None, nav: str = "") -> str:
@@ -286,27 +286,27 @@ def detail_page(detail: CheckpointDetail, *, links: Links | None = None, nav: st
     ops = []
     for op in detail.operators:
         subs = "".join(
-            f'<tr class="subtask"><td>{s.subtask}</td><td class="{_e(s.status)}">{_e(s.status)}</td>'
-            f"<td class='n'>{s.attempt}</td><td class='n'>{_e(fmt_bytes(s.state_size))}</td>"
-            f"<td class='n'>{_e(fmt_bytes(s.bytes_written))}</td><td class='n'>{s.files}</td>"
-            f"<td>{_e(', '.join(f'{k}={v}' for k, v in sorted(s.metrics.items())))}{_e(s.reason)}</td></tr>"
+            f'<tr class="subtask"><td>{s.subtask}</td><td class="{esc(s.status)}">{esc(s.status)}</td>'
+            f"<td class='n'>{s.attempt}</td><td class='n'>{esc(fmt_bytes(s.state_size))}</td>"
+            f"<td class='n'>{esc(fmt_bytes(s.bytes_written))}</td><td class='n'>{s.files}</td>"
+            f"<td>{esc(', '.join(f'{k}={v}' for k, v in sorted(s.metrics.items())))}{esc(s.reason)}</td></tr>"
             for s in op.subtasks
         )
         ops.append(
-            f'<h3 class="operator">{_e(op.uid)}: {op.acked}/{len(op.subtasks)} acknowledged, '
-            f"{_e(fmt_bytes(op.state_size))} checkpointed, {_e(fmt_bytes(op.bytes_written))} written</h3>"
+            f'<h3 class="operator">{esc(op.uid)}: {op.acked}/{len(op.subtasks)} acknowledged, '
+            f"{esc(fmt_bytes(op.state_size))} checkpointed, {esc(fmt_bytes(op.bytes_written))} written</h3>"
             "<table><tr><th>subtask</th><th>status</th><th>attempt</th><th>state size</th>"
             f"<th>written</th><th>files</th><th>metrics</th></tr>{subs}</table>"
         )
     back = f"<nav>{_a(links.back, 'back to the history')}</nav>" if links.back else ""
     heading = f"Checkpoint {r.checkpoint_id}"
     body = (
-        f"{nav}{back}<h1>{_e(heading)}</h1>"
+        f"{nav}{back}<h1>{esc(heading)}</h1>"
         + history_table([r], links)
         + f'<p class="muted">attempt {detail.attempt}; '
-        + f"validation: {_e(r.validation_detail or r.validation)}</p>"
+        + f"validation: {esc(r.validation_detail or r.validation)}</p>"
         + "<h2>Operators</h2>"
         + "".join(ops)
         + _configuration({"positions": detail.positions})
     )
-    return _page(f"Checkpoint {r.checkpoint_id}", body)
+    return page(f"Checkpoint {r.checkpoint_id}", body)

@@ -38,7 +38,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from state_store.core import documents
@@ -47,13 +47,10 @@ from state_store.core.layout import JobLayout
 from state_store.core.manifests import (
     AckRecord,
     CompletedMetadata,
-    DecisionRecord,
     DeclineRecord,
     JobRecord,
     LatestPointer,
-    Outcome,
     PendingRecord,
-    QuarantineRecord,
     TaskSnapshot,
 )
 from state_store.core.ports import ObjectNotFound, ObjectStore
@@ -71,31 +68,19 @@ from state_store.monitoring.model import (
     build_overview,
     summarize,
 )
+from state_store.monitoring.rows import (
+    Listing,
+    checkpoint_row,
+    incremental_bytes,
+    list_checkpoints,
+    relist,
+)
 
-_DOCS = ("_pending.json", "_decision.json", "_metadata.json", "_validation.json", "_quarantined.json")
 _MAX_PAGE = 500
 
 
 class MonitoringError(ValueError):
     """A bad request to the statistics service (unknown checkpoint, bad page or filter)."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Listed:
-    """What the listing says about one checkpoint folder (no document read)."""
-
-    docs: dict[str, str] = field(default_factory=dict)  # name -> version
-    acks: dict[int, int] = field(default_factory=dict)  # attempt -> ack count
-    attempts: int = 0
-    fixed_token: str = ""  # set for an entry taken from the history archive (no listing behind it)
-
-    def token(self) -> str:
-        """A digest of what the listing shows (the archive stores it with each row)."""
-        if self.fixed_token:
-            return self.fixed_token
-        parts = [f"{k}={v}" for k, v in sorted(self.docs.items())]
-        parts += [f"a{a}={n}" for a, n in sorted(self.acks.items())] + [f"t={self.attempts}"]
-        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:32]
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,7 +143,7 @@ class CheckpointStats:
             raise MonitoringError(f"full_relist_ms={full_relist_ms} is invalid: use 0 or more")
         self.full_relist_ms = full_relist_ms
         self.recent = max(1, recent)
-        self._listings: dict[str, tuple[float, dict[int, _Listed]]] = {}
+        self._listings: dict[str, tuple[float, dict[int, Listing]]] = {}
         self.store = store
         self.max_age_ms = max_age_ms
         self.workers = max(1, workers)
@@ -233,17 +218,17 @@ class CheckpointStats:
         layout = JobLayout(job_id)
         if checkpoint_id < 1 or checkpoint_id >= 10**10:
             raise MonitoringError(f"checkpoint id {checkpoint_id} is invalid: use 1..9999999999")
-        item = _list_checkpoints(self.store, layout, layout.checkpoint_dir(checkpoint_id)).get(checkpoint_id)
+        item = list_checkpoints(self.store, layout, layout.checkpoint_dir(checkpoint_id)).get(checkpoint_id)
         if item is None or "_pending.json" not in item.docs:
             raise MonitoringError(
                 f"checkpoint {checkpoint_id} of job {job_id} is not in storage: it was never triggered or "
                 "retention removed it; see the history for the checkpoints there are"
             )
-        row, _ = _row(self.store, layout, checkpoint_id, item)
+        row, _ = checkpoint_row(self.store, layout, checkpoint_id, item)
         return _detail(self.store, layout, row)
 
     # -- scanning --------------------------------------------------------------------------
-    def _listing(self, layout: JobLayout, archive: ArchiveView) -> dict[int, _Listed]:
+    def _listing(self, layout: JobLayout, archive: ArchiveView) -> dict[int, Listing]:
         """A full listing, or (within ``full_relist_ms`` of the last full one) an incremental update
         of it; a cold start with ``full_relist_ms`` > 0 and an archive updates the archive's listing.
         Checkpoints removed by retention leave the listing at the next full listing (their archived
@@ -251,20 +236,20 @@ class CheckpointStats:
         now = self._monotonic()
         previous = self._listings.get(layout.job_id)
         if previous is not None and (now - previous[0]) * 1000 < self.full_relist_ms:
-            listed = _relist(self.store, layout, previous[1], self.recent)
+            listed = relist(self.store, layout, previous[1], self.recent)
             self._listings[layout.job_id] = (previous[0], listed)
         elif previous is None and self.full_relist_ms > 0 and archive.rows:
             # the archive stands in for the listing: only its ``recent`` newest ids (which _relist
             # re-lists), its open ids and the new ids after its highest can differ from the archive
             known = {i: archive.rows[i].listed() for i in sorted(archive.rows)[-self.recent :]}
             for i in sorted(archive.open_ids - set(known)):
-                found = _list_checkpoints(self.store, layout, layout.checkpoint_dir(i)).get(i)
+                found = list_checkpoints(self.store, layout, layout.checkpoint_dir(i)).get(i)
                 if found is not None:
                     known[i] = found
-            listed = _relist(self.store, layout, dict(sorted(known.items())), self.recent)
+            listed = relist(self.store, layout, dict(sorted(known.items())), self.recent)
             self._listings[layout.job_id] = (now, listed)
         else:
-            listed = _list_checkpoints(self.store, layout)
+            listed = list_checkpoints(self.store, layout)
             self._listings[layout.job_id] = (now, listed)
         return listed
 
@@ -300,7 +285,7 @@ class CheckpointStats:
                 todo.remove(i)
         if todo:
             with ThreadPoolExecutor(max_workers=min(self.workers, len(todo))) as pool:
-                built = list(pool.map(lambda i: _row(self.store, layout, i, listed[i]), todo))
+                built = list(pool.map(lambda i: checkpoint_row(self.store, layout, i, listed[i]), todo))
             for i, (row, n) in zip(todo, built):
                 cache[i] = (tokens[i], row)
                 reads += n
@@ -329,160 +314,6 @@ class CheckpointStats:
             scanned_ms=(time.perf_counter() - started) * 1000,
             documents_read=reads,
         )
-
-
-def _relist(
-    store: ObjectStore, layout: JobLayout, known: dict[int, _Listed], recent: int
-) -> dict[int, _Listed]:
-    """Update a full listing without listing everything: re-list the folders that can still change
-    (undecided checkpoints and the ``recent`` newest ones, which may get a validation result) and the
-    new ids after the highest known one (ids are allocated as highest + 1, so they are contiguous)."""
-    listed = dict(known)
-    ids = sorted(known)
-    changing = {i for i in ids if "_decision.json" not in known[i].docs} | set(ids[-recent:])
-    for i in sorted(changing):
-        found = _list_checkpoints(store, layout, layout.checkpoint_dir(i)).get(i)
-        if found is None:
-            listed.pop(i, None)
-        else:
-            listed[i] = found
-    n = (ids[-1] if ids else 0) + 1
-    while n < 10**10:
-        found = _list_checkpoints(store, layout, layout.checkpoint_dir(n)).get(n)
-        if found is None:
-            break
-        listed[n] = found
-        n += 1
-    return dict(sorted(listed.items()))
-
-
-def _list_checkpoints(store: ObjectStore, layout: JobLayout, within: str | None = None) -> dict[int, _Listed]:
-    """What the listing of ``checkpoints/`` (or of one folder ``within`` it) says, by checkpoint id."""
-    out: dict[int, _Listed] = {}
-    prefix = layout.checkpoints_prefix
-    for info in store.list(within or prefix):
-        rest = info.key[len(prefix) :]
-        folder, _, name = rest.partition("/")
-        if not folder.startswith("chk-") or not folder[4:].isdigit():
-            continue
-        checkpoint_id = int(folder[4:])
-        item = out.get(checkpoint_id)
-        if item is None:
-            item = out[checkpoint_id] = _Listed()
-        if name in _DOCS:
-            item.docs[name] = info.version
-        elif name.startswith("acks/") and "-a" in name:
-            attempt = name.rsplit("-a", 1)[1].removesuffix(".json")
-            if attempt.isdigit():
-                item.acks[int(attempt)] = item.acks.get(int(attempt), 0) + 1
-        elif name.startswith("attempts/"):
-            out[checkpoint_id] = _Listed(item.docs, item.acks, item.attempts + 1)
-    return dict(sorted(out.items()))
-
-
-def _incremental(layout: JobLayout, task: TaskSnapshot) -> int:
-    """Bytes this task uploaded for the checkpoint: its ``bytes_written`` metric, else the size of
-    the files it references outside ``shared/`` (those are exclusive to this checkpoint)."""
-    written = task.metrics.get("bytes_written")
-    if isinstance(written, int) and not isinstance(written, bool):
-        return written
-    return sum(h.size for h in task.handles if not h.key.startswith(layout.shared_prefix))
-
-
-def _alignment(metrics: Sequence[dict[str, Any]]) -> int | None:
-    values = [int(m["alignment_ms"]) for m in metrics if isinstance(m.get("alignment_ms"), int | float)]
-    return max(values) if values else None
-
-
-def _validation(
-    store: ObjectStore, layout: JobLayout, checkpoint_id: int, item: _Listed
-) -> tuple[str, str, int]:
-    """(validation, detail, documents read) from ``_quarantined.json`` / ``_validation.json``."""
-    base = layout.checkpoint_dir(checkpoint_id)
-    if "_quarantined.json" in item.docs:
-        try:
-            record = documents.read(store, base + "_quarantined.json", QuarantineRecord)
-            return "quarantined", record.message, 1
-        except (ManifestError, ObjectNotFound) as exc:
-            return "quarantined", str(exc), 1
-    if "_validation.json" in item.docs:
-        from state_store.validation.result import load_result
-
-        try:
-            result = load_result(store, base + "_validation.json")
-        except (ManifestError, ObjectNotFound) as exc:
-            return "failed", f"unreadable validation result: {exc}", 1
-        return ("passed" if result.passed else "failed"), result.summary_line(), 1
-    return "not_run", "", 0
-
-
-def _row(
-    store: ObjectStore, layout: JobLayout, checkpoint_id: int, item: _Listed
-) -> tuple[CheckpointRow, int]:
-    """Build one history row; returns the row and how many documents were read."""
-    reads = 1
-    try:
-        pending = documents.read(store, layout.pending(checkpoint_id), PendingRecord)
-        meta = decision = None
-        if "_metadata.json" in item.docs:
-            meta = documents.read(store, layout.metadata(checkpoint_id), CompletedMetadata)
-            reads += 1
-        elif "_decision.json" in item.docs:
-            decision = documents.read(store, layout.decision(checkpoint_id), DecisionRecord)
-            reads += 1
-    except (ManifestError, ObjectNotFound) as exc:
-        row = CheckpointRow(
-            checkpoint_id, "unreadable", 0, None, 0, 0, 0, 0, None, False, 0, "", "not_run", reason=str(exc)
-        )
-        return row, reads
-    validation, detail, n = _validation(store, layout, checkpoint_id, item)
-    reads += n
-    restored = str(pending.positions.get("restored_from") or "")
-    expected = len(pending.expected)
-    common: dict[str, Any] = {
-        "checkpoint_id": checkpoint_id,
-        "trigger_ms": pending.trigger_ms,
-        "expected": expected,
-        "savepoint": pending.properties.savepoint,
-        "generation": pending.generation,
-        "run_id": pending.request_id,
-        "validation": validation,
-        "validation_detail": detail,
-        "restored_from": restored,
-    }
-    if meta is not None:
-        return (
-            CheckpointRow(
-                status="completed",
-                end_ms=meta.completed_ms,
-                acked=len(meta.tasks),
-                state_size=meta.state_size,
-                incremental_size=sum(_incremental(layout, t) for t in meta.tasks),
-                alignment_ms=_alignment([t.metrics for t in meta.tasks]),
-                **common,
-            ),
-            reads,
-        )
-    acked = min(item.acks.get(max(item.acks, default=0), 0), expected)
-    if decision is not None and decision.outcome is Outcome.ABORT:
-        return (
-            CheckpointRow(
-                status="failed",
-                end_ms=decision.decided_ms,
-                acked=acked,
-                state_size=0,
-                incremental_size=0,
-                alignment_ms=None,
-                reason=f"{decision.reason}: {decision.message}".rstrip(": "),
-                **common,
-            ),
-            reads,
-        )
-    status = "completing" if decision is not None else "in_progress"
-    row = CheckpointRow(
-        status=status, end_ms=None, acked=acked, state_size=0, incremental_size=0, alignment_ms=None, **common
-    )
-    return row, reads
 
 
 def _configuration(
@@ -587,7 +418,7 @@ def _subtask(layout: JobLayout, subtask: int, attempt: int, task: TaskSnapshot) 
         status="acked",
         attempt=attempt,
         state_size=sum(h.size for h in task.handles),
-        bytes_written=_incremental(layout, task),
+        bytes_written=incremental_bytes(layout, task),
         files=len(task.handles),
         metrics=dict(task.metrics),
     )

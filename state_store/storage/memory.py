@@ -47,6 +47,18 @@ class MemoryObjectStore:
                 cls._named[name] = cls(name)
             return cls._named[name]
 
+    @classmethod
+    def register(cls, name: str, store: MemoryObjectStore) -> None:
+        """Make ``memory://name`` open ``store`` (a wrapper such as a fault-injecting store)."""
+        with cls._named_lock:
+            cls._named[name] = store
+
+    @classmethod
+    def forget(cls, name: str) -> None:
+        """Drop the named store ``memory://name`` (its objects go with it)."""
+        with cls._named_lock:
+            cls._named.pop(name, None)
+
     @property
     def uri(self) -> str:
         return f"memory://{self._name}"

@@ -24,11 +24,14 @@ class InvalidStoreURI(ValueError):
 _EXAMPLES = "use memory://name, file:///abs/path or s3://bucket/prefix?endpoint_url=http://host:port"
 
 
-def open_store(uri: str, *, must_exist: bool = False) -> ObjectStore:
+def open_store(
+    uri: str, *, must_exist: bool = False, credentials: tuple[str, str] | None = None
+) -> ObjectStore:
     """Return the ObjectStore named by ``uri`` or raise InvalidStoreURI with a one-line remedy.
 
     ``must_exist``: a local folder that does not exist is an error instead of a new, empty store
-    (read-only commands: a mistyped path is reported, nothing is created)."""
+    (read-only commands: a mistyped path is reported, nothing is created). ``credentials``: an S3
+    access key id and secret (an Airflow connection's), instead of the boto3 chain."""
     parts = urlsplit(uri)
     if _USERINFO.search(uri) and parts.scheme != "s3":
         raise InvalidStoreURI(f"storage URI {redact(uri)!r} must not carry credentials: {_NO_SECRETS}")
@@ -73,7 +76,15 @@ def open_store(uri: str, *, must_exist: bool = False) -> ObjectStore:
             )
         from state_store.storage.s3 import S3ObjectStore
 
-        return S3ObjectStore(parts.netloc, parts.path.strip("/"), endpoint_url=endpoint, region=region)
+        access_key, secret_key = credentials or (None, None)
+        return S3ObjectStore(
+            parts.netloc,
+            parts.path.strip("/"),
+            endpoint_url=endpoint,
+            region=region,
+            access_key=access_key,
+            secret_key=secret_key,
+        )
     raise InvalidStoreURI(f"storage URI {redact(uri)!r} has unsupported scheme {parts.scheme!r}: {_EXAMPLES}")
 
 

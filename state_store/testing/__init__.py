@@ -1,20 +1,23 @@
-"""Public fault-injection kit: kill points, a faulty store, a manual clock.
+"""Public fault-injection kit for tests, benchmarks and the chaos harness: a faulty store,
+scripted channels, and (re-exported from the production modules ``state_store.faults`` and
+``state_store.clocks``) kill switches and the manual clock.
 
+Only ``tests/``, ``bench/`` and ``spark_jobs/chaos`` import this package (an import-linter contract).
 A real S3 server for tests lives in ``state_store.testing.seaweedfs`` (``SeaweedFSServer``); it is
 not imported here so the kit stays light.
 """
 
+from state_store.clocks import ManualClock
 from state_store.core.stream import ScriptedChannel
-from state_store.testing.clock import ManualClock
+from state_store.faults import KillAt, KillSpec, SimulatedCrash
 from state_store.testing.faulty_store import Fault, FaultyObjectStore
-from state_store.testing.killpoints import KillAt, SimulatedCrash, kill_switch_from_env
 
 __all__ = [
     "Fault",
     "FaultyObjectStore",
     "KillAt",
+    "KillSpec",
     "ManualClock",
     "ScriptedChannel",
     "SimulatedCrash",
-    "kill_switch_from_env",
 ]

@@ -21,12 +21,12 @@ from spark_jobs.checks import validate_snapshot_of
 from spark_jobs.runtime import cycle
 from spark_jobs.sinks.commit_log import CommitLog
 from spark_jobs.snapshots import _from_metadata
+from state_store.clocks import ManualClock
 from state_store.core import killpoints
 from state_store.core.ports import ObjectStore, StorageFullError
 from state_store.storage import open_store
 from state_store.storage.local import LocalObjectStore
 from state_store.testing import Fault, SimulatedCrash
-from state_store.testing.clock import ManualClock
 
 CONFIG = ChaosConfig()
 EPOCHAL = [sys.executable, "-m", "spark_jobs.cli"]

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 
 from spark_jobs.chaos.runner import ChaosConfig
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.restore import RestoreRequest, restore, roots_from_text
 from spark_jobs.runtime.cycle import run_cycle, take_savepoint
 from spark_jobs.snapshots import SnapshotError
-from state_store.testing.clock import ManualClock
+from state_store.clocks import ManualClock
 
 CONFIG = ChaosConfig()
 
@@ -80,27 +80,50 @@ def test_locations_outside_the_configured_roots_are_refused_unless_allowed(
 ) -> None:
     location, _ = _copy(saved, "elsewhere")
     allowed_root = (saved["root"] / "approved").as_uri()
-    monkeypatch.setenv("EPOCHAL_SNAPSHOT_ROOTS", allowed_root)
+    roots = roots_from_text(f" {allowed_root} ,")  # what the entry points read from EPOCHAL_SNAPSHOT_ROOTS
+    assert roots == (allowed_root,)
     with pytest.raises(SnapshotError, match="outside the configured snapshot roots") as info:
-        _restore(saved, tmp_path, source=location, dry_run=True)
+        _restore(saved, tmp_path, source=location, dry_run=True, roots=roots)
     message = str(info.value)
     assert location in message and "allow_outside_roots" in message and "\n" not in message
     # a path that only looks like it is under the root
     sneaky = allowed_root + "/../elsewhere"
     with pytest.raises(SnapshotError, match="outside the configured snapshot roots"):
-        _restore(saved, tmp_path, source=sneaky, dry_run=True)
+        _restore(saved, tmp_path, source=sneaky, dry_run=True, roots=roots)
     # explicitly allowed, or under a configured root: accepted
-    assert _restore(saved, tmp_path, source=location, dry_run=True, allow_outside_roots=True).plan is not None
-    approved, _ = _copy(saved, "approved/sp1")
-    assert _restore(saved, tmp_path, source=approved, dry_run=True).plan is not None
-
-
-def test_the_jobs_own_savepoints_are_always_inside_the_roots(
-    saved: dict[str, Any], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("EPOCHAL_SNAPSHOT_ROOTS", "s3://approved-bucket/savepoints")
-    job = CONFIG.job()
-    report = restore(
-        job, saved["store"], saved["clock"], RestoreRequest(source=saved["location"], dry_run=True)
+    assert (
+        _restore(saved, tmp_path, source=location, dry_run=True, roots=roots, allow_outside_roots=True).plan
+        is not None
     )
+    approved, _ = _copy(saved, "approved/sp1")
+    assert _restore(saved, tmp_path, source=approved, dry_run=True, roots=roots).plan is not None
+
+
+def test_the_entry_points_read_the_snapshot_roots_from_the_environment(
+    saved: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from epochal_airflow.config import snapshot_roots
+
+    from spark_jobs import cli
+
+    location, _ = _copy(saved, "elsewhere")
+    allowed_root = (saved["root"] / "approved").as_uri()
+    assert snapshot_roots({"EPOCHAL_SNAPSHOT_ROOTS": f"{allowed_root},s3://b/p"}) == (
+        allowed_root,
+        "s3://b/p",
+    )
+    assert snapshot_roots({}) == ()
+    monkeypatch.setenv("EPOCHAL_SNAPSHOT_ROOTS", allowed_root)
+    target = (tmp_path / "cli-target").as_uri()
+    code = cli.main(["restore", "--job", "clickstream", "--store", target, "--from", location, "--dry-run"])
+    assert code != 0
+    assert "outside the configured snapshot roots" in capsys.readouterr().err
+
+
+def test_the_jobs_own_savepoints_are_always_inside_the_roots(saved: dict[str, Any]) -> None:
+    job = CONFIG.job()
+    request = RestoreRequest(
+        source=saved["location"], dry_run=True, roots=("s3://approved-bucket/savepoints",)
+    )
+    report = restore(job, saved["store"], saved["clock"], request)
     assert report.plan is not None

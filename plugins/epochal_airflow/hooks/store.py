@@ -5,18 +5,54 @@ provider ``aws`` connection: login = access key id, password = secret key, extra
 and ``region_name``) supplies credentials and endpoint for ``s3://`` URIs. Credentials never enter
 the URI, the logs or XComs; subtasks in this process get them through the standard AWS environment
 variables, which :meth:`EpochalStoreHook.export_credentials` sets (and only in this process).
+
+:meth:`EpochalStoreHook.runtime` gives an operator everything one task needs in one call: the job,
+its store, the epoch's clock and the kill switch (this is where the Airflow entry point reads
+``EPOCHAL_FAULT``; nothing below it reads the environment).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlencode, urlsplit
 
 from airflow.sdk import BaseHook
 
-from state_store.core.ports import ObjectStore
+from state_store.clocks import ManualClock, SystemClock
+from state_store.core.ports import KillSwitch, ObjectStore
+from state_store.faults import kill_switch_from_env
 from state_store.storage import open_store
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+    from spark_jobs.api.job import Job
+
+
+def run_clock(context: Context) -> ManualClock:
+    """The epoch's clock: the run's data-interval end (or logical date), in ms; it does not move."""
+    end = context.get("data_interval_end") or context.get("logical_date")
+    return ManualClock(SystemClock().now_ms() if end is None else int(end.timestamp() * 1000))
+
+
+@dataclass(frozen=True)
+class EpochalRuntime:
+    """What one task of a job needs. ``store_uri`` is the resolved URI (endpoint and region, never
+    credentials) that Spark tasks reopen; ``token`` is the fencing token of the job's lease once the
+    task holds it (``None`` before, and for the few steps that run without it)."""
+
+    job: Job
+    store: ObjectStore
+    store_uri: str
+    clock: ManualClock
+    kill: KillSwitch
+    token: int | None = None
+
+    def with_token(self, token: int | None) -> EpochalRuntime:
+        return replace(self, token=token)
 
 
 class EpochalStoreHook(BaseHook):
@@ -65,12 +101,29 @@ class EpochalStoreHook(BaseHook):
         return env
 
     def export_credentials(self) -> None:
-        """Put the connection's keys into this process's AWS environment (for in-process subtasks)."""
+        """Put the connection's keys into this process's AWS environment, for the subtasks that run
+        in this process and reopen the store from its URI. Called once per task, by :meth:`runtime`."""
         os.environ.update(self.credential_env())
 
     def get_store(self) -> ObjectStore:
+        """The store, with the connection's keys given to its client (the environment is untouched)."""
+        env = self.credential_env()
+        keys = (
+            (env["AWS_ACCESS_KEY_ID"], env["AWS_SECRET_ACCESS_KEY"]) if "AWS_ACCESS_KEY_ID" in env else None
+        )
+        return open_store(self.resolved_uri(), credentials=keys)
+
+    def runtime(
+        self, context: Context, job_ref: str, job_options: Mapping[str, Any] | None = None
+    ) -> EpochalRuntime:
+        """The job, its store, the run's clock and the kill switch for one task of ``context``'s run."""
+        from spark_jobs.jobs.loading import load_job
+
+        job = load_job(job_ref, **dict(job_options or {}))
         self.export_credentials()
-        return open_store(self.resolved_uri())
+        return EpochalRuntime(
+            job, self.get_store(), self.resolved_uri(), run_clock(context), kill_switch_from_env(os.environ)
+        )
 
     def get_conn(self) -> ObjectStore:
         return self.get_store()

@@ -20,35 +20,21 @@ failing, holding no worker slot; a new run of the same DAG takes the lease over 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-from epochal_airflow.hooks.store import EpochalStoreHook
+from epochal_airflow.hooks.store import EpochalRuntime, EpochalStoreHook, run_clock
 from epochal_airflow.triggers.lease import LeaseFreeTrigger
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
+
+__all__ = ["EpochalOperator", "EpochalRuntime", "run_clock"]
 
 AIRFLOW_LEASE_TTL_MS = 300_000
 """A DAG run's lease outlives the gaps between its tasks (scheduling delays) by this much."""
-
-
-class FixedClock:
-    """The epoch's clock: the run's data-interval end, in ms."""
-
-    def __init__(self, now_ms: int) -> None:
-        self._now = now_ms
-
-    def now_ms(self) -> int:
-        return self._now
-
-
-def run_clock(context: Any) -> FixedClock:
-    end = context.get("data_interval_end") or context.get("logical_date")
-    if end is None:
-        from state_store.clock import SystemClock
-
-        return FixedClock(SystemClock().now_ms())
-    return FixedClock(int(end.timestamp() * 1000))
 
 
 class EpochalOperator(BaseOperator):
@@ -74,15 +60,14 @@ class EpochalOperator(BaseOperator):
         self.job_options = dict(job_options or {})
         self.trigger_task_id = trigger_task_id
 
-    def load(self) -> Any:
-        from spark_jobs.jobs.loading import load_job
-
-        return load_job(self.job_ref, **self.job_options)
-
     def hook(self) -> EpochalStoreHook:
         return EpochalStoreHook(self.store_uri, self.conn_id)
 
-    def checkpoint_id(self, context: Any) -> int:
+    def runtime(self, context: Context) -> EpochalRuntime:
+        """The job, its store, the run's clock and the kill switch (see ``EpochalStoreHook.runtime``)."""
+        return self.hook().runtime(context, self.job_ref, self.job_options)
+
+    def checkpoint_id(self, context: Context) -> int:
         value = context["ti"].xcom_pull(task_ids=self.trigger_task_id)
         if not value or "checkpoint_id" not in value:
             raise AirflowException(
@@ -100,12 +85,11 @@ class EpochalOperator(BaseOperator):
     releases_lease = True
     lease_poll_s = 5.0
 
-    def execute(self, context: Any, event: Any = None) -> Any:
-        job, hook = self.load(), self.hook()
-        store = hook.get_store()
-        lease = self.hold_lease(context, job.job_id, job.max_parallelism, store, hook)
+    def execute(self, context: Context, event: Any = None) -> Any:
+        rt = self.runtime(context)
+        lease = self.hold_lease(context, rt)
         try:
-            result = self.execute_leased(context, job, store, lease.token)
+            result = self.execute_leased(context, rt.with_token(lease.token))
         except AirflowSkipException:
             lease.release()  # the run ends here
             raise
@@ -121,23 +105,23 @@ class EpochalOperator(BaseOperator):
             lease.detach()
         return result
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> Any:
-        """The step itself, under the job's lease (``token``: its fencing token)."""
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> Any:
+        """The step itself, under the job's lease (``rt.token``: its fencing token)."""
         raise NotImplementedError
 
-    def hold_lease(self, context: Any, job_id: str, max_parallelism: int, store: Any, hook: Any) -> Any:
-        """Acquire ``job_id``'s lease for this DAG run, or defer until it can be taken."""
+    def hold_lease(self, context: Context, rt: EpochalRuntime) -> Any:
+        """Acquire the job's lease for this DAG run, or defer until it can be taken."""
         from state_store.core.lease import LeaseHeldError
         from state_store.lease_keeper import HeldLease
 
         ti = context["ti"]
         holder = f"airflow:{ti.dag_id}:{context['run_id']}"
         held = HeldLease(
-            store,
-            job_id,
+            rt.store,
+            rt.job.job_id,
             holder,
             f"{ti.dag_id}.{ti.task_id}",
-            max_parallelism=max_parallelism,
+            max_parallelism=rt.job.max_parallelism,
             ttl_ms=AIRFLOW_LEASE_TTL_MS,
         )
         try:
@@ -145,12 +129,12 @@ class EpochalOperator(BaseOperator):
         except LeaseHeldError as busy:
             self.log.info("epochal %s: %s; deferring until the job's lease is free", ti.task_id, busy)
             self.defer(
-                trigger=LeaseFreeTrigger(hook.resolved_uri(), job_id, holder, self.lease_poll_s),
+                trigger=LeaseFreeTrigger(rt.store_uri, rt.job.job_id, holder, self.lease_poll_s),
                 method_name="execute",
             )
         return held
 
-    def is_last_try(self, context: Any) -> bool:
+    def is_last_try(self, context: Context) -> bool:
         return int(context["ti"].try_number) > int(self.retries or 0)
 
 
@@ -168,12 +152,15 @@ class TriggerCheckpointOperator(EpochalOperator):
         self.max_failures = max_failures
         self.failure_interval_s = failure_interval_s
 
-    def check_failure_rate(self, job: Any, store: Any, clock: FixedClock, context: Any) -> None:
+    def check_failure_rate(self, rt: EpochalRuntime, context: Context) -> None:
         if self.max_failures is None or self.failure_interval_s is None:
             return
         from epochal_airflow.operators.restart import failure_rate, pause_dag
 
-        rate = failure_rate(store, job.job_id, clock.now_ms(), self.max_failures, self.failure_interval_s)
+        job = rt.job
+        rate = failure_rate(
+            rt.store, job.job_id, rt.clock.now_ms(), self.max_failures, self.failure_interval_s
+        )
         if not rate.exceeded:
             return
         paused = pause_dag(context["dag"].dag_id)
@@ -182,13 +169,13 @@ class TriggerCheckpointOperator(EpochalOperator):
 
     releases_lease = False
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, trigger_epoch
 
-        clock = run_clock(context)
+        job, store, clock, token = rt.job, rt.store, rt.clock, rt.token
         run_id = context["run_id"]
         aborted = abort_abandoned(job, store, clock, run_id, lease_token=token)
-        self.check_failure_rate(job, store, clock, context)
+        self.check_failure_rate(rt, context)
 
         def log_rescale(parallelism: Any, plan: str) -> None:
             self.log.warning("epochal: job %s: %s\n%s", job.job_id, parallelism.describe, plan)
@@ -231,27 +218,24 @@ class RunEpochOperator(EpochalOperator):
 
     releases_lease = False
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import run_epoch
-        from state_store.testing.killpoints import kill_switch_from_env
 
-        hook = self.hook()
-        hook.export_credentials()
         n = self.checkpoint_id(context)
         spark = None
         if self.epoch_executor == "spark":
             from spark_jobs.runtime.spark_session import get_spark
 
-            spark = get_spark(self.spark_master, f"epochal-{job.job_id}")
+            spark = get_spark(self.spark_master, f"epochal-{rt.job.job_id}")
         summaries = run_epoch(
-            job,
-            hook.resolved_uri(),
+            rt.job,
+            rt.store_uri,
             n,
-            run_clock(context),
+            rt.clock,
             executor=self.epoch_executor,
             spark=spark,
-            kill=kill_switch_from_env(),
-            lease_token=token,
+            kill=rt.kill,
+            lease_token=rt.token,
         )
         rows = sum(int(s.get("rows_out", 0)) for s in summaries)
         return self.summary("run_epoch", checkpoint_id=n, try_number=context["ti"].try_number, rows_out=rows)
@@ -262,17 +246,13 @@ class CompleteCheckpointOperator(EpochalOperator):
 
     releases_lease = False
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
+        from epochal_airflow.metrics import emit_checkpoint_metrics
         from spark_jobs.runtime.cycle import complete_epoch
-        from state_store.testing.killpoints import kill_switch_from_env
 
         n = self.checkpoint_id(context)
-        result = complete_epoch(
-            job, store, run_clock(context), n, kill=kill_switch_from_env(), lease_token=token
-        )
-        from epochal_airflow.metrics import emit_checkpoint_metrics
-
-        emit_checkpoint_metrics(self.hook().get_store(), job.job_id, n)  # never raises
+        result = complete_epoch(rt.job, rt.store, rt.clock, n, kill=rt.kill, lease_token=rt.token)
+        emit_checkpoint_metrics(rt.store, rt.job.job_id, n)  # never raises
         if result.status == "aborted":
             reason = result.reason.name if result.reason else "UNKNOWN"
             self.summary("complete_checkpoint", checkpoint_id=n, status="aborted", reason=reason)
@@ -296,14 +276,11 @@ class NotifyCheckpointCompleteOperator(EpochalOperator):
 
     releases_lease = False
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import notify_epoch_complete
-        from state_store.testing.killpoints import kill_switch_from_env
 
         n = self.checkpoint_id(context)
-        committed = notify_epoch_complete(
-            job, store, run_clock(context), n, kill=kill_switch_from_env(), lease_token=token
-        )
+        committed = notify_epoch_complete(rt.job, rt.store, rt.clock, n, kill=rt.kill, lease_token=rt.token)
         return self.summary(
             "notify_checkpoint_complete",
             checkpoint_id=n,
@@ -317,13 +294,13 @@ class ValidateCheckpointOperator(EpochalOperator):
 
     releases_lease = False
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.checks import validate_checkpoint
         from state_store.core import CheckpointVerificationError, ManifestError
 
         n = self.checkpoint_id(context)
         try:
-            result = validate_checkpoint(job, store, n, run_clock(context))
+            result = validate_checkpoint(rt.job, rt.store, n, rt.clock)
         except (CheckpointVerificationError, ManifestError) as exc:
             raise AirflowException(str(exc)) from None
         self.log.info("epochal validation: %s", result.summary_line())
@@ -337,13 +314,10 @@ class ValidateCheckpointOperator(EpochalOperator):
 class ApplyRetentionOperator(EpochalOperator):
     """Retention and the sinks' orphan sweep; the epoch DAG's last task (it releases the lease)."""
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import apply_job_retention
-        from state_store.testing.killpoints import kill_switch_from_env
 
-        plan = apply_job_retention(
-            job, store, run_clock(context), kill=kill_switch_from_env(), lease_token=token
-        )
+        plan = apply_job_retention(rt.job, rt.store, rt.clock, kill=rt.kill, lease_token=rt.token)
         return self.summary(
             "apply_retention",
             retained=list(plan.retained),

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from airflow.sdk.exceptions import AirflowException
 
-from epochal_airflow.operators.checkpoint import EpochalOperator, run_clock
+from epochal_airflow.config import snapshot_roots
+from epochal_airflow.hooks.store import EpochalRuntime
+from epochal_airflow.operators.checkpoint import EpochalOperator
+
+if TYPE_CHECKING:
+    from airflow.sdk import Context
 
 
 class TriggerSavepointOperator(EpochalOperator):
@@ -24,21 +29,19 @@ class TriggerSavepointOperator(EpochalOperator):
         super().__init__(**kwargs)
         self.name, self.savepoint_format, self.stop = name, savepoint_format, stop
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import abort_abandoned, take_savepoint
 
-        hook = self.hook()
-        clock = run_clock(context)
-        abort_abandoned(job, store, clock, f"savepoint-{self.name}", lease_token=token)
-        stop = str(self.stop).lower() == "true"
+        abort_abandoned(rt.job, rt.store, rt.clock, f"savepoint-{self.name}", lease_token=rt.token)
         info = take_savepoint(
-            job,
-            hook.resolved_uri(),
-            clock,
+            rt.job,
+            rt.store_uri,
+            rt.clock,
             self.name,
             fmt=self.savepoint_format,
-            stop=stop,
-            lease_token=token,
+            stop=str(self.stop).lower() == "true",
+            lease_token=rt.token,
+            kill=rt.kill,
         )
         return self.summary("savepoint", **info)
 
@@ -73,13 +76,12 @@ class RestoreOperator(EpochalOperator):
         self.plan_only = dry_run  # not ``dry_run``: BaseOperator has a method of that name
         self.allow_non_restored_state = allow_non_restored_state
 
-    def execute(self, context: Any, event: Any = None) -> Any:
+    def execute(self, context: Context, event: Any = None) -> Any:
         if str(self.plan_only).lower() == "true":  # a dry run changes nothing: no lease
-            job = self.load()
-            return self.execute_leased(context, job, self.hook().get_store(), None)
+            return self.execute_leased(context, self.runtime(context))
         return super().execute(context, event)
 
-    def execute_leased(self, context: Any, job: Any, store: Any, token: int | None) -> dict[str, Any]:
+    def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.restore import RestoreRequest, restore
 
         uid_map = self.uid_map if isinstance(self.uid_map, dict) else json.loads(self.uid_map or "{}")
@@ -90,17 +92,17 @@ class RestoreOperator(EpochalOperator):
             claim_mode=str(self.claim_mode),
             dry_run=str(self.plan_only).lower() == "true",
             allow_non_restored_state=str(self.allow_non_restored_state).lower() == "true",
+            roots=snapshot_roots(),
         )
-        hook = self.hook()
-        hook.export_credentials()
         report = restore(
-            job,
-            hook.resolved_uri(),
-            run_clock(context),
+            rt.job,
+            rt.store_uri,
+            rt.clock,
             request,
             parallelism=parallelism,
             request_id=context["run_id"],
-            lease_token=token,
+            lease_token=rt.token,
+            kill=rt.kill,
         )
         self.log.info("epochal restore plan:\n%s", report.plan.render_table())
         if not report.plan.ok:
@@ -127,20 +129,19 @@ class BackfillOperator(EpochalOperator):
         super().__init__(**kwargs)
         self.savepoint, self.new_job_id, self.until_ms, self.epochs = savepoint, new_job_id, until_ms, epochs
 
-    def execute(self, context: Any, event: Any = None) -> dict[str, Any]:
+    def execute(self, context: Context, event: Any = None) -> dict[str, Any]:
         """The lease is the new job's (the backfill changes nothing of the production job)."""
         from epochal_airflow.triggers.lease import LeaseFreeTrigger
         from spark_jobs.backfill import backfill
         from state_store.core.lease import LeaseHeldError
 
-        hook = self.hook()
-        hook.export_credentials()
+        rt = self.runtime(context)
         until = int(self.until_ms) if self.until_ms not in (None, "", "None") else None
         holder = f"airflow:{context['ti'].dag_id}:{context['run_id']}"
         try:
             report = backfill(
-                self.load(),
-                hook.resolved_uri(),
+                rt.job,
+                rt.store_uri,
                 str(self.savepoint),
                 str(self.new_job_id),
                 until_ms=until,
@@ -150,9 +151,7 @@ class BackfillOperator(EpochalOperator):
         except LeaseHeldError as busy:
             self.log.info("epochal backfill: %s; deferring until the job's lease is free", busy)
             self.defer(
-                trigger=LeaseFreeTrigger(
-                    hook.resolved_uri(), str(self.new_job_id), holder, self.lease_poll_s
-                ),
+                trigger=LeaseFreeTrigger(rt.store_uri, str(self.new_job_id), holder, self.lease_poll_s),
                 method_name="execute",
             )
         return self.summary("backfill", **report)

@@ -18,7 +18,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 def lease_available(store_uri: str, job_id: str, holder: str) -> dict[str, Any] | None:
     """None while another actor holds the lease; else what was found (blocking I/O)."""
-    from state_store.clock import SystemClock
+    from state_store.clocks import SystemClock
     from state_store.core.jobrecord import JobRecords
     from state_store.core.lease import describe
     from state_store.lease_keeper import takeover_rule

@@ -159,10 +159,10 @@ def create_app(
         for job_id in directory.job_ids():  # warm the statistics before the user picks a job
             service().warm(job_id)
         items = "".join(
-            f'<li><a href="{base(request)}/checkpoints/{quote(j)}">{render._e(j)}</a></li>'
+            f'<li><a href="{base(request)}/checkpoints/{quote(j)}">{render.esc(j)}</a></li>'
             for j in directory.job_ids()
         )
-        return render._page(
+        return render.page(
             "Epochal checkpoints",
             "<h1>Epochal checkpoints</h1>"
             + (f"<ul>{items}</ul>" if items else "<p>No jobs configured (EPOCHAL_JOBS).</p>"),
@@ -241,7 +241,6 @@ def create_app(
 
 def app_from_settings() -> FastAPI:
     """The app as the plugin mounts it: store and jobs from the Epochal settings (environment)."""
-    import os
 
     from epochal_airflow.config import EpochalSettings
 
@@ -252,12 +251,8 @@ def app_from_settings() -> FastAPI:
         return EpochalStoreHook(settings.store_uri, settings.conn_id).get_store()
 
     def directory() -> JobDirectory:
-        refs = tuple(j.strip() for j in os.environ.get("EPOCHAL_JOBS", "").split(",") if j.strip())
-        if not refs:
-            from spark_jobs.examples import EXAMPLES
+        from epochal_airflow.config import monitored_jobs
 
-            refs = tuple(sorted(EXAMPLES))
-        extra = tuple(j.strip() for j in os.environ.get("EPOCHAL_MONITOR_JOBS", "").split(",") if j.strip())
-        return JobDirectory(refs, extra)
+        return JobDirectory(*monitored_jobs())
 
     return create_app(store, directory())

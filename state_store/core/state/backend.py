@@ -183,14 +183,15 @@ class KeyedStateBackend:
     def current_namespace(self) -> Any:
         return self._namespace
 
-    def _current_entry(self, state_name: str) -> tuple[int, tuple[Any, Any]]:
+    # -- for the state handles (handles.py, bulk.py): the current entry, owned key groups, TTL time --
+    def current_entry(self, state_name: str) -> tuple[int, tuple[Any, Any]]:
         if not self._has_key:
             raise NoCurrentKeyError(
                 f"no current key: call set_current_key(key) before accessing keyed state {state_name!r}"
             )
         return self._kg, (self._key, self._namespace)
 
-    def _key_groups_for(self, keys: Sequence[Any], state_name: str) -> list[int]:
+    def key_groups_for(self, keys: Sequence[Any], state_name: str) -> list[int]:
         """Owned key group of every key (the per-key path of ``_owned_key_group``, unrolled)."""
         get = self._kg_cache.get
         first, last = self._range.first, self._range.last
@@ -206,12 +207,12 @@ class KeyedStateBackend:
             append(kg)
         return out
 
-    def _now(self, table: StateTable) -> int:
+    def now_for(self, table: StateTable) -> int:
         if table.ttl is None or self._clock is None:
             return 0
         return self._clock()
 
-    def _check_user_key(self, state_name: str, user_key: Any) -> None:
+    def check_user_key(self, state_name: str, user_key: Any) -> None:
         try:
             check_key_type(user_key, "map key")
         except TypeError as exc:

@@ -48,8 +48,8 @@ class _Bulk:
                 raise ValueError(
                     f"bulk access to state {self._table.name!r}: {len(keys)} keys but {len(other)} values"
                 )
-        groups = self._backend._key_groups_for(keys, self._table.name)
-        return groups, self._backend._now(self._table)
+        groups = self._backend.key_groups_for(keys, self._table.name)
+        return groups, self._backend.now_for(self._table)
 
     def clear_many(self, keys: Sequence[Any], namespace: Any = None) -> None:
         groups, _ = self._prepare(keys)
@@ -171,7 +171,7 @@ class BulkMapState(_Bulk, Generic[UK, UV]):
     ) -> None:
         groups, now = self._prepare(keys, user_keys, values)
         for user_key in user_keys:
-            self._backend._check_user_key(self._table.name, user_key)
+            self._backend.check_user_key(self._table.name, user_key)
         for kg, key, user_key, value in zip(groups, keys, user_keys, values):
             self._table.map_put(kg, (key, namespace), user_key, value, now)
 

@@ -45,12 +45,12 @@ class _Handle:
 
     def _at(self) -> tuple[int, tuple[Any, Any], int]:
         """(key group, (key, namespace), now) of the current key."""
-        kg, ek = self._backend._current_entry(self._table.name)
-        return kg, ek, self._backend._now(self._table)
+        kg, ek = self._backend.current_entry(self._table.name)
+        return kg, ek, self._backend.now_for(self._table)
 
     def clear(self) -> None:
         """Remove the state of the current key and namespace."""
-        kg, ek = self._backend._current_entry(self._table.name)
+        kg, ek = self._backend.current_entry(self._table.name)
         self._table.remove(kg, ek)
 
 
@@ -108,7 +108,7 @@ class MapState(_Handle, Generic[UK, UV]):
 
     def put(self, user_key: UK, value: UV) -> None:
         kg, ek, now = self._at()
-        self._backend._check_user_key(self._table.name, user_key)
+        self._backend.check_user_key(self._table.name, user_key)
         self._table.map_put(kg, ek, user_key, value, now)
 
     def put_all(self, entries: Mapping[UK, UV]) -> None:
@@ -116,7 +116,7 @@ class MapState(_Handle, Generic[UK, UV]):
             self.put(user_key, value)
 
     def remove(self, user_key: UK) -> None:
-        kg, ek = self._backend._current_entry(self._table.name)
+        kg, ek = self._backend.current_entry(self._table.name)
         self._table.map_remove(kg, ek, user_key)
 
     def contains(self, user_key: UK) -> bool:

@@ -14,8 +14,8 @@ from state_store.core import (
     load_completed,
 )
 from state_store.core.cleaner import apply_retention
+from state_store.faults import InvalidFaultSpec
 from state_store.testing import KillAt, SimulatedCrash
-from state_store.testing.killpoints import InvalidFaultSpec
 from tests.unit.core.helpers import TASKS, Job, make_job
 
 CORE_POINTS = [

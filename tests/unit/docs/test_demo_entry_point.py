@@ -1,4 +1,4 @@
-"""``make demo``'s entry point, ``python -m epochal_airflow.demo``, checked without running it.
+"""``make demo``'s entry point, ``python deploy/demo.py``, checked without running it.
 
 The full demo (real ``airflow dags test`` runs, one killed) takes minutes -- 13.7 min of wall time
 and 2 min 44 s of CPU with ``--executor local`` on the shared 2-core build machine -- so
@@ -19,7 +19,7 @@ from pathlib import Path
 
 from tests.unit.docs.snippets import ROOT, makefile_targets
 
-DEMO = ROOT / "plugins" / "epochal_airflow" / "demo.py"
+DEMO = ROOT / "deploy" / "demo.py"
 
 
 def _manual_runs() -> list[tuple[str, set[str]]]:
@@ -40,7 +40,7 @@ def _manual_runs() -> list[tuple[str, set[str]]]:
 
 def test_the_makefile_command_line_starts_the_demo(tmp_path: Path) -> None:
     recipe = makefile_targets()["demo"].strip()
-    assert "$(BIN)/python -m epochal_airflow.demo" in recipe, recipe
+    assert "$(BIN)/python deploy/demo.py" in recipe, recipe
     words = shlex.split(recipe.replace("$(BIN)/python", sys.executable))
     env = {"PATH": "/usr/bin:/bin"}
     while "=" in words[0]:  # VAR=value prefixes of the recipe
@@ -70,7 +70,7 @@ def test_the_dags_and_run_confs_the_demo_triggers_exist(tmp_path: Path) -> None:
 
 
 def test_the_injected_fault_is_a_valid_kill_point() -> None:
-    from state_store.testing.killpoints import kill_switch_from_env
+    from state_store.faults import kill_switch_from_env
 
     source = DEMO.read_text()
     assert '"EPOCHAL_FAULT": f"after_ack@{epoch}", "EPOCHAL_FAULT_MODE": "exit"' in source

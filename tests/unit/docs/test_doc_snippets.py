@@ -10,7 +10,7 @@ How each kind of command is proven:
 * ``make demo`` and ``make test`` cannot run inside ``make test`` (``make test`` would recurse; the
   demo takes minutes and is what the demo test exercises). Instead this test checks that they are
   exactly what CI and the demo test run: both are Makefile targets; ``test`` runs lint then pytest
-  and ``.ci/run`` calls ``make test``; ``demo`` runs ``python -m epochal_airflow.demo``, whose
+  and ``.ci/run`` calls ``make test``; ``demo`` runs ``python deploy/demo.py``, whose
   wiring test_demo_entry_point.py checks and whose DAG runs (one killed, then recovered) run for real
   in tests/integration/airflow/test_epoch_dag.py. ``make help`` runs for real.
 * ``docker compose ...`` cannot run (no Docker engine): the compose file is checked by
@@ -147,11 +147,11 @@ def test_make_demo_and_make_test_are_the_targets_ci_and_the_demo_test_run() -> N
     assert re.search(r"^test:\s*lint\b", (ROOT / "Makefile").read_text(), re.M), "make test must lint first"
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^make test\b", ci, re.M), ".ci/run must call make test"
-    assert "-m epochal_airflow.demo" in targets["demo"]
+    assert "python deploy/demo.py" in targets["demo"]
     # the demo entry point is checked (not run: minutes) by test_demo_entry_point.py; its DAG runs,
     # including a killed one, run for real in tests/integration/airflow/test_epoch_dag.py
     here = Path(__file__).parent
-    assert "-m epochal_airflow.demo" in (here / "test_demo_entry_point.py").read_text()
+    assert "python deploy/demo.py" in (here / "test_demo_entry_point.py").read_text()
     assert "epochal_clickstream" in (ROOT / "tests/integration/airflow/test_epoch_dag.py").read_text()
 
 

@@ -3,12 +3,13 @@ each; committed output and final state equal the fault-free run row for row."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
 
 from state_store.core import killpoints
-from state_store.testing import SimulatedCrash, kill_switch_from_env
+from state_store.faults import SimulatedCrash, kill_switch_from_env
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, final_state, new_clock, small_job
 
 EPOCHS = 10
@@ -39,7 +40,7 @@ def test_crash_at_each_kill_point_then_restart_gives_the_fault_free_output_and_s
         if epoch == 3:
             monkeypatch.setenv("EPOCHAL_FAULT", f"{point}@4")
         try:
-            cycle(job, uri, clock, kill=kill_switch_from_env())
+            cycle(job, uri, clock, kill=kill_switch_from_env(os.environ))
         except SimulatedCrash as crash:
             assert crash.point == point
             crashed += 1

@@ -3,6 +3,7 @@ shows duplicates (its sink is visible at the snapshot), exactly-once and unalign
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -11,8 +12,8 @@ import pytest
 from spark_jobs.sinks import read_committed
 from state_store.core import JobLayout, documents
 from state_store.core.manifests import AckRecord
+from state_store.faults import SimulatedCrash, kill_switch_from_env
 from state_store.storage import open_store
-from state_store.testing import SimulatedCrash, kill_switch_from_env
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, new_clock, small_job
 
 EPOCHS = 6
@@ -27,7 +28,7 @@ def run(mode: str, root: Path, monkeypatch: pytest.MonkeyPatch, crash: bool) -> 
         if crash and epoch == 3:
             monkeypatch.setenv("EPOCHAL_FAULT", "before_decision@4")
             with pytest.raises(SimulatedCrash):
-                cycle(job, uri, clock, kill=kill_switch_from_env())
+                cycle(job, uri, clock, kill=kill_switch_from_env(os.environ))
             monkeypatch.delenv("EPOCHAL_FAULT")
         assert cycle(job, uri, clock).status == "completed"
     return committed_rows(uri, job)

@@ -4,6 +4,7 @@ quarantined, and the automatic restore takes the previous good checkpoint."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -166,7 +167,7 @@ def test_sink_output_validation_catches_the_duplicates_of_at_least_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from spark_jobs.runtime.cycle import run_cycle
-    from state_store.testing import SimulatedCrash, kill_switch_from_env
+    from state_store.faults import SimulatedCrash, kill_switch_from_env
 
     uri, clock = tmp_path.as_uri(), new_clock()
     job = small_job(mode="at_least_once")
@@ -176,7 +177,7 @@ def test_sink_output_validation_catches_the_duplicates_of_at_least_once(
         if epoch == 2:
             monkeypatch.setenv("EPOCHAL_FAULT", "before_decision@3")
             with pytest.raises(SimulatedCrash):
-                run_cycle(job, uri, clock, kill=kill_switch_from_env())
+                run_cycle(job, uri, clock, kill=kill_switch_from_env(os.environ))
             monkeypatch.delenv("EPOCHAL_FAULT")
         last = cycle(job, uri, clock).checkpoint_id
     assert last is not None

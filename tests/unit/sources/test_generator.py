@@ -23,8 +23,8 @@ from spark_jobs.sources import (
     event_time_ms,
     read_table,
 )
+from state_store.clocks import ManualClock
 from state_store.core.ports import ObjectStore
-from state_store.testing.clock import ManualClock
 
 S = DEFAULT_START_MS
 

@@ -6,6 +6,7 @@ import pytest
 
 from state_store.core import TransientStoreError
 from state_store.core.ports import NO_KILL, ObjectNotFound, StorageFullError
+from state_store.faults import InvalidFaultSpec, kill_switch_from_env
 from state_store.storage import MemoryObjectStore
 from state_store.testing import (
     Fault,
@@ -13,9 +14,7 @@ from state_store.testing import (
     KillAt,
     ManualClock,
     SimulatedCrash,
-    kill_switch_from_env,
 )
-from state_store.testing.killpoints import InvalidFaultSpec
 
 
 def faulty(*faults: Fault) -> FaultyObjectStore:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from state_store.clocks import ManualClock
 from state_store.core.state import (
     AggregatingStateDescriptor,
     KeyedStateBackend,
@@ -16,7 +17,6 @@ from state_store.core.state import (
     ValueState,
     ValueStateDescriptor,
 )
-from state_store.testing.clock import ManualClock
 
 from .support import Average, full_backend
 
