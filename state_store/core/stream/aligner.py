@@ -8,25 +8,41 @@ A channel that delivered barrier *n* is blocked until every live channel deliver
     ch2: a a a a a a a a a B5 --> trigger(5), release ch0..ch2
          ^ alignment starts at the first B5   ^ alignment ends: duration = now_ns() difference
 
-Barrier *n* from channel *c* (several channels):
+Every barrier blocks its channel at the gate before it reaches the aligner (:meth:`blocks_on_barrier`
+is always True, seed 000: the gate stops consuming a channel when it yields a barrier). The aligner
+keeps the block only when it aligns on the barrier; on every other path it calls
+``_resume_consumption(c)`` (the gate unblocks *c*), and :meth:`release_blocks_and_reset_barriers`
+resumes each channel it kept, in channel order (seed 000 does not show the aligner's release; it
+resumes each blocked channel in Flink 1.11, in map order, which we fix to channel order).
 
+Barrier *n* from channel *c* -- what the aligner does, and the block/resume events the gate sees
+(``block c`` always comes first, from the gate):
+
+0. One input channel (fast path): ``resume c``; then trigger *n* if it is newer than the last seen id,
+   else ignore it. Nothing is ever kept blocked.
 1. Alignment of *m* running:
-   * *n == m*: block *c*; if *c* is already blocked the stream is corrupt (:class:`StreamCorruptError`).
-   * *n > m*: abort *m* (``CHECKPOINT_DECLINED_SUBSUMED``), release all channels, start aligning *n*.
-   * *n < m*: a trailing barrier of an older checkpoint: ignore it.
-2. No alignment running: if *n* is newer than the last seen id start aligning *n*; otherwise ignore
-   (an old barrier, or one of a checkpoint that was cancelled before any barrier arrived).
-3. If blocked channels + closed channels == all channels: release all and trigger *n*.
+   * *n == m*: keep *c* blocked; if *c* is already kept blocked the stream is corrupt
+     (:class:`StreamCorruptError`, raised with nothing resumed: the task fails).
+   * *n > m*: abort *m* (``CHECKPOINT_DECLINED_SUBSUMED``), ``resume`` every kept channel, start
+     aligning *n* with *c* kept blocked.
+   * *n < m*: a trailing barrier of an older checkpoint: ``resume c`` and ignore it.
+2. No alignment running: if *n* is newer than the last seen id start aligning *n* (keep *c*);
+   otherwise ``resume c`` and ignore it (an old barrier, or one of a checkpoint that was cancelled or
+   aborted, which leaves no barriers pending).
+3. If kept channels + closed channels == all channels: ``resume`` every kept channel, then trigger *n*.
 
-With a single channel nothing is ever blocked: a newer barrier triggers at once.
-
-Cancellation marker for *n*: a running alignment of *n* or of an older checkpoint is released;
-*n* is aborted (``CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER``) once, and becomes the current id with
-no barriers, so later barriers of *n* are ignored. Markers of older checkpoints are ignored.
+Cancellation marker for *n*: a running alignment of *n* or of an older checkpoint is released
+(``resume`` every kept channel); *n* is aborted (``CHECKPOINT_DECLINED_ON_CANCELLATION_BARRIER``) once,
+and becomes the current id with no barriers, so later barriers of *n* are resumed and ignored.
+Markers of older checkpoints are ignored. (Markers never block: they are not barriers.)
 
 End of a channel: counted as closed for every later alignment; a running alignment is aborted
 (``CHECKPOINT_DECLINED_INPUT_END_OF_STREAM``) and released, because the closed channel's data after
-the cut has already been processed. (A blocked channel cannot end: it is not polled.)
+the cut has already been processed. (A blocked channel cannot end: it is not polled.) Seed 000 does
+not show this method; the behaviour is Flink 1.11's and the resumes follow from the release.
+
+Invariant after every call: a channel is blocked at the gate iff the aligner keeps it blocked, iff it
+delivered the barrier of the running alignment; with no alignment running no channel is blocked.
 """
 
 from __future__ import annotations
@@ -43,10 +59,12 @@ from state_store.core.stream.handler import (
 
 
 class CheckpointBarrierAligner(CheckpointBarrierHandler):
-    """Blocks channels that delivered the current barrier until all live channels did.
+    """Keeps channels that delivered the current barrier blocked until all live channels did.
 
-    Invariants: ``num_barriers_received == number of blocked channels``; a checkpoint is pending iff
-    that number is > 0; ``current_checkpoint_id`` never decreases.
+    Invariants: ``num_barriers_received == number of kept (blocked) channels``; a checkpoint is
+    pending iff that number is > 0; ``current_checkpoint_id`` never decreases; every barrier the gate
+    blocked on is either kept (counted above) or resumed before :meth:`process_barrier` returns, and
+    every kept channel is resumed when the alignment completes, is subsumed, cancelled or aborted.
     """
 
     __slots__ = (
@@ -78,6 +96,8 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
     def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
         barrier_id = barrier.checkpoint_id
         if self.num_channels == 1:
+            # fast path: nothing to align with, so the gate's block is lifted at once
+            self._resume_consumption(channel)
             if barrier_id > self._current_id:
                 self._current_id = barrier_id
                 self._notify_checkpoint(barrier, self._latest_alignment_duration_ns)
@@ -91,10 +111,14 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
                 self._notify_abort(self._current_id, BarrierAbortReason.CHECKPOINT_DECLINED_SUBSUMED)
                 self.release_blocks_and_reset_barriers()
                 self._begin_new_alignment(barrier, channel)
-            # else: trailing barrier of an earlier (now obsolete) checkpoint
+            else:
+                # trailing barrier of an earlier (now obsolete) checkpoint
+                self._resume_consumption(channel)
         elif barrier_id > self._current_id:
             self._begin_new_alignment(barrier, channel)
-        # else: the current checkpoint was cancelled, or this barrier is from a subsumed one
+        else:
+            # the current checkpoint was cancelled or aborted, or this barrier is from a subsumed one
+            self._resume_consumption(channel)
 
         if self._num_barriers_received + self._num_closed == self.num_channels:
             self.release_blocks_and_reset_barriers()
@@ -117,14 +141,21 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
         self._num_barriers_received += 1
 
     def release_blocks_and_reset_barriers(self) -> None:
+        """Resume every kept channel (in channel order) and forget the running alignment.
+
+        The state is reset before the first resume, so a resume listener sees no channel kept.
+        """
         blocked = self._blocked
-        for channel in range(self.num_channels):
+        released = [channel for channel in range(self.num_channels) if blocked[channel]]
+        for channel in released:
             blocked[channel] = False
         # the next barrier that comes must assume it is the first
         self._num_barriers_received = 0
         if self._alignment_start_ns is not None:
             self._latest_alignment_duration_ns = self._now_ns() - self._alignment_start_ns
             self._alignment_start_ns = None
+        for channel in released:
+            self._resume_consumption(channel)
 
     # ------------------------------------------------------------------ cancellation
     def process_cancellation_barrier(self, marker: CancelCheckpointMarker) -> None:
@@ -169,6 +200,10 @@ class CheckpointBarrierAligner(CheckpointBarrierHandler):
             self._notify_abort(self._current_id, reason)
 
     # ------------------------------------------------------------------ queries
+    def blocks_on_barrier(self, barrier: CheckpointBarrier) -> bool:
+        """Always True: every barrier blocks its channel at the gate until the aligner resumes it."""
+        return True
+
     def is_blocked(self, channel: int) -> bool:
         return self._blocked[channel]
 

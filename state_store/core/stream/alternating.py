@@ -15,6 +15,14 @@ Cancellation markers go to the active handler only; the end of a channel goes to
 own count of closed channels). Blocking and the alignment duration are the active handler's;
 in-flight data is always the unaligner's. A savepoint is therefore always a consistent cut of the
 channels (no channel state), which is what makes it relocatable.
+
+Block and resume at the gate: a savepoint barrier (routed to the aligner) blocks its channel at the
+gate, a checkpoint barrier (routed to the unaligner) does not (:meth:`blocks_on_barrier`). The aligner
+resumes what it does not keep, as on its own; the resumes of both inner handlers reach every resume
+listener registered here. A savepoint barrier dropped here as older than the last seen id never
+reaches the aligner, so this handler resumes its channel itself. Switching from the aligner to the
+unaligner aborts the pending alignment, which resumes every channel the aligner kept. Invariant: a
+channel is blocked at the gate iff the aligner keeps it blocked for a running savepoint alignment.
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from collections.abc import Callable
 
 from state_store.core.stream.aligner import CheckpointBarrierAligner
 from state_store.core.stream.events import CancelCheckpointMarker, CheckpointBarrier
-from state_store.core.stream.handler import BarrierAbortReason, CheckpointBarrierHandler
+from state_store.core.stream.handler import BarrierAbortReason, CheckpointBarrierHandler, ResumeListener
 from state_store.core.stream.unaligner import CheckpointBarrierUnaligner
 
 
@@ -51,9 +59,22 @@ class AlternatingCheckpointBarrierHandler(CheckpointBarrierHandler):
     def active_handler(self) -> CheckpointBarrierHandler:
         return self._active
 
+    def blocks_on_barrier(self, barrier: CheckpointBarrier) -> bool:
+        """True for a savepoint barrier (aligned by the aligner), False for a checkpoint barrier."""
+        return not barrier.is_checkpoint
+
+    def add_resume_listener(self, listener: ResumeListener) -> None:
+        """Register ``listener`` here and on both inner handlers (their resumes reach the gate too)."""
+        super().add_resume_listener(listener)
+        self._aligned.add_resume_listener(listener)
+        self._unaligned.add_resume_listener(listener)
+
     def process_barrier(self, barrier: CheckpointBarrier, channel: int) -> None:
         barrier_id = barrier.checkpoint_id
         if barrier_id < self._last_seen_id:
+            if self.blocks_on_barrier(barrier):
+                # the gate blocked on it, but it reaches no aligner that would resume it
+                self._resume_consumption(channel)
             return
         self._last_seen_id = barrier_id
         previous = self._active

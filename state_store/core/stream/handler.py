@@ -11,6 +11,27 @@ The input gate hands every control event it polls to one handler (Flink 1.11 sem
     handler --trigger_checkpoint_on_barrier(id, ts, options, metrics)--> CheckpointBarrierListener
             '-abort_checkpoint_on_barrier(id, reason)------------------> (the subtask: snapshot / decline)
 
+Blocking and resuming a channel (seed 000: ``CheckpointedInputGate.pollNext`` and the aligner)::
+
+    gate polls barrier n from ch --> handler.blocks_on_barrier(n)? --yes--> gate blocks ch   (BLOCKED ch)
+                                 --> handler.process_barrier(n, ch)
+                                       '-- handler._resume_consumption(c) --> gate.resume_consumption(c)
+                                                                                            (RESUMED c)
+
+The block is the gate's, as the network stack's is in Flink: an aligned barrier stops its channel at
+the moment it is handed out, whatever the handler's state. The handler then either keeps the channel
+blocked (it aligns on the barrier) or resumes it (a barrier it does not align on), and later resumes
+every channel it kept once the alignment ends. Invariants:
+
+* a channel is blocked at the gate iff it delivered a barrier for which ``blocks_on_barrier`` was True
+  and has not been resumed since; nothing is read from a blocked channel;
+* a handler whose ``blocks_on_barrier`` can be True resumes, on every path, each such channel it does
+  not keep blocked (``is_blocked``), so no channel stays blocked once no checkpoint is pending;
+* a handler never resumes a channel it still reports blocked (the gate checks it, see
+  :meth:`CheckpointedInputGate.resume_consumption`).
+
+The tracker and the unaligner never block (``blocks_on_barrier`` is False) and never resume.
+
 A handler never does I/O and never reads the clock: ``now_ns`` (a monotonic nanosecond counter, for
 the alignment duration) and ``now_ms`` (wall-clock ms since the epoch, for the start delay measured
 against ``CheckpointBarrier.timestamp``) are injected; both default to a clock stuck at 0, which makes
@@ -107,6 +128,10 @@ def zero_time() -> int:
 TimeSource = Callable[[], int]
 """An injected time source returning an int (ns or ms, as the parameter name says)."""
 
+ResumeListener = Callable[[int], None]
+"""Called with a channel index each time a handler resumes consumption of that channel (Flink's
+``resumeConsumption(channelInfo)``); the input gate registers one to unblock the channel."""
+
 
 class CheckpointBarrierHandler(abc.ABC):
     """Base of the four handlers: notification helpers and the default (non-blocking) answers.
@@ -115,7 +140,7 @@ class CheckpointBarrierHandler(abc.ABC):
     is triggered at most once per handler, and never after it was aborted by that handler.
     """
 
-    __slots__ = ("_listener", "_now_ms", "_now_ns", "_start_delay_ns", "num_channels")
+    __slots__ = ("_listener", "_now_ms", "_now_ns", "_resume_listeners", "_start_delay_ns", "num_channels")
 
     def __init__(
         self,
@@ -132,6 +157,7 @@ class CheckpointBarrierHandler(abc.ABC):
         self._now_ns = now_ns
         self._now_ms = now_ms
         self._start_delay_ns = 0
+        self._resume_listeners: tuple[ResumeListener, ...] = ()
 
     # ------------------------------------------------------------------ the three inputs
     @abc.abstractmethod
@@ -152,8 +178,31 @@ class CheckpointBarrierHandler(abc.ABC):
         return self._listener
 
     def is_blocked(self, channel: int) -> bool:
-        """True if the gate must not poll ``channel`` now (only the aligner blocks)."""
+        """True if this handler holds ``channel`` blocked for a running alignment (only the aligner does).
+
+        The gate's own block (:meth:`blocks_on_barrier`) covers every channel this returns True for;
+        right after each ``process_*`` call the two agree.
+        """
         return False
+
+    # ------------------------------------------------------------------ block / resume at the gate
+    def blocks_on_barrier(self, barrier: CheckpointBarrier) -> bool:
+        """True if the gate must block the channel that delivers ``barrier`` before handing it over.
+
+        Asked once per barrier, before :meth:`process_barrier`. A handler answering True must resume
+        that channel (:meth:`_resume_consumption`) on every path that does not keep it blocked.
+        Default: False (the tracker and the unaligner never block a channel).
+        """
+        return False
+
+    def add_resume_listener(self, listener: ResumeListener) -> None:
+        """Call ``listener(channel)`` on every resume of a channel (the gate registers itself here)."""
+        self._resume_listeners = (*self._resume_listeners, listener)
+
+    def _resume_consumption(self, channel: int) -> None:
+        """Tell the gate that ``channel`` may be read again (Flink's ``resumeConsumption``)."""
+        for listener in self._resume_listeners:
+            listener(channel)
 
     @property
     @abc.abstractmethod
@@ -185,7 +234,7 @@ class CheckpointBarrierHandler(abc.ABC):
         return None
 
     def release_blocks_and_reset_barriers(self) -> None:
-        """Unblock every channel and forget the barriers of the running alignment (if any)."""
+        """Resume every channel this handler holds blocked and forget the running alignment (if any)."""
         return None
 
     def abort_pending_checkpoint(self, checkpoint_id: int, reason: BarrierAbortReason) -> None:

@@ -2,21 +2,33 @@
 
 Each call of :meth:`CheckpointedInputGate.poll_next`:
 
-1. Picks the next channel round-robin among the channels that are neither blocked by the barrier
-   handler nor finished, and polls it; a channel with nothing available now is skipped. If no
-   channel has anything, return ``None`` (poll again later; :meth:`is_finished` tells the end).
+1. Picks the next channel round-robin among the channels that are neither blocked at the gate nor
+   finished, and polls it; a channel with nothing available now is skipped. If no channel has
+   anything, return ``None`` (poll again later; :meth:`is_finished` tells the end).
 2. A record chunk, :class:`Watermark` or :class:`StreamStatus` is returned as is (and shown to the
    handler first if it collects in-flight data for an unaligned checkpoint).
-3. A :class:`CheckpointBarrier` goes to ``handler.process_barrier`` -- which may trigger or abort a
-   checkpoint through the listener, and block or release channels -- and is then returned, so the
+3. A :class:`CheckpointBarrier`: if ``handler.blocks_on_barrier(barrier)`` the gate first blocks the
+   channel (event ``BLOCKED``); then the barrier goes to ``handler.process_barrier`` -- which may
+   trigger or abort a checkpoint through the listener, and resume channels -- and is returned, so the
    operator sees where the cut is.
 4. A :class:`CancelCheckpointMarker` goes to ``handler.process_cancellation_barrier`` and is *not*
    returned: the loop goes on with the next item.
 5. :class:`EndOfPartition` marks the channel finished, goes to ``handler.process_end_of_partition``
    and is returned.
 
-Invariant: nothing is ever polled from a channel the handler reports blocked, so with the aligner
-no item after barrier *n* in a channel is returned before *n* is triggered or aborted.
+Block and resume (seed 000, ``CheckpointedInputGate.pollNext`` and the aligner): the gate registers
+:meth:`CheckpointedInputGate.resume_consumption` as the handler's resume listener; each call unblocks
+one channel (event ``RESUMED``). An optional ``consumption_listener(event, channel)`` sees every
+``BLOCKED`` and ``RESUMED`` event in order. Invariants:
+
+* a channel is blocked at the gate iff it delivered a barrier the handler blocks on and has not been
+  resumed since; nothing is ever polled from a blocked channel, so with the aligner no item after
+  barrier *n* in a channel is returned before *n* is triggered or aborted;
+* every channel the handler reports blocked (``handler.is_blocked``) is blocked at the gate, and a
+  resume of a channel the handler still reports blocked is refused (the seed checks, on every poll,
+  that the polled channel is not blocked by the handler; a channel can only become pollable through a
+  resume, so the check is made there);
+* the tracker and the unaligner never block, so with them no event is ever seen.
 
 A :class:`Channel` is anything with ``poll() -> item | None`` (``None`` = nothing available now).
 :class:`ScriptedChannel` is a deque that tests and benchmarks push to; :class:`IteratorChannel` wraps
@@ -26,8 +38,11 @@ positions fixed by the coordinator) and ends with :data:`END_OF_PARTITION` when 
 
 from __future__ import annotations
 
+import bisect
+import enum
+import weakref
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import NamedTuple, Protocol, cast, runtime_checkable
 
 from state_store.core.stream.events import (
@@ -105,6 +120,38 @@ class BufferOrEvent(NamedTuple):
     item: object
 
 
+class ConsumptionEvent(enum.Enum):
+    """What happened to a channel's consumption at the gate (for a ``consumption_listener``)."""
+
+    BLOCKED = "blocked"
+    """The channel delivered a barrier the handler blocks on: nothing more is read from it."""
+
+    RESUMED = "resumed"
+    """The handler resumed the channel (Flink's ``resumeConsumption``): it is read again."""
+
+
+ConsumptionListener = Callable[[ConsumptionEvent, int], None]
+"""Called with ``(event, channel)`` for every block and every resume at the gate, in order."""
+
+
+class _GateResumer:
+    """The resume listener a gate registers on its handler.
+
+    Holds the gate weakly, so that the handler (which the gate holds) does not close a reference cycle
+    with it: both are freed by reference counting even while the garbage collector is paused.
+    """
+
+    __slots__ = ("_gate",)
+
+    def __init__(self, gate: CheckpointedInputGate) -> None:
+        self._gate = weakref.ref(gate)
+
+    def __call__(self, channel: int) -> None:
+        gate = self._gate()
+        if gate is not None:
+            gate.resume_consumption(channel)
+
+
 _new_buffer_or_event = tuple.__new__
 _CONTROL = frozenset((CheckpointBarrier, CancelCheckpointMarker, EndOfPartition))
 
@@ -113,8 +160,11 @@ class CheckpointedInputGate:
     """Polls N channels round-robin and routes control events to a barrier handler (module docstring)."""
 
     __slots__ = (
+        "__weakref__",
         "_active",
+        "_blocked",
         "_channels",
+        "_consumption_listener",
         "_cursor",
         "_finished",
         "_handler",
@@ -123,7 +173,17 @@ class CheckpointedInputGate:
         "_polls",
     )
 
-    def __init__(self, channels: Sequence[Channel], handler: CheckpointBarrierHandler) -> None:
+    def __init__(
+        self,
+        channels: Sequence[Channel],
+        handler: CheckpointBarrierHandler,
+        *,
+        consumption_listener: ConsumptionListener | None = None,
+    ) -> None:
+        """Build the gate over ``channels`` and register it as ``handler``'s resume listener.
+
+        One gate per handler: the handler's resumes go to every gate built over it.
+        """
         if len(channels) != handler.num_channels:
             raise ValueError(
                 f"the gate has {len(channels)} channels but the barrier handler was built for "
@@ -133,10 +193,13 @@ class CheckpointedInputGate:
         self._polls = tuple(channel.poll for channel in self._channels)
         self._handler = handler
         self._finished = [False] * len(self._channels)
+        self._blocked = [False] * len(self._channels)
+        self._consumption_listener = consumption_listener
         self._num_finished = 0
         self._active: list[int] = list(range(len(self._channels)))
         self._cursor = 0
         self._observer = handler.data_observer()
+        handler.add_resume_listener(_GateResumer(self))
 
     @property
     def handler(self) -> CheckpointBarrierHandler:
@@ -174,7 +237,11 @@ class CheckpointedInputGate:
                 fast: BufferOrEvent = _new_buffer_or_event(BufferOrEvent, (channel, item))
                 return fast
             if kind is CheckpointBarrier:
-                self._handler.process_barrier(cast(CheckpointBarrier, item), channel)
+                barrier = cast(CheckpointBarrier, item)
+                handler = self._handler
+                if handler.blocks_on_barrier(barrier):
+                    self._block(channel)
+                handler.process_barrier(barrier, channel)
                 self._refresh(channel)
                 return BufferOrEvent(channel, item)
             if kind is CancelCheckpointMarker:
@@ -196,20 +263,65 @@ class CheckpointedInputGate:
             yield polled
 
     def _refresh(self, last_channel: int) -> None:
-        """Recompute the pollable channels after the handler may have blocked or released some."""
+        """Recompute the pollable channels after a control event (channels blocked, resumed, ended)."""
         finished = self._finished
-        is_blocked = self._handler.is_blocked
-        active = [c for c in range(len(finished)) if not finished[c] and not is_blocked(c)]
+        blocked = self._blocked
+        active = [c for c in range(len(finished)) if not finished[c] and not blocked[c]]
         self._active = active
         # continue round-robin with the first pollable channel after the one just polled
         self._cursor = next((i for i, c in enumerate(active) if c > last_channel), 0)
+
+    # ------------------------------------------------------------------ block / resume
+    def _block(self, channel: int) -> None:
+        """Stop reading ``channel``: it just delivered a barrier the handler blocks on."""
+        self._blocked[channel] = True
+        listener = self._consumption_listener
+        if listener is not None:
+            listener(ConsumptionEvent.BLOCKED, channel)
+        # ``_refresh`` after the handler returns drops the channel from the pollable ones
+
+    def resume_consumption(self, channel: int) -> None:
+        """Read ``channel`` again (the handler's resume listener; Flink's ``resumeConsumption``).
+
+        Raises RuntimeError if the handler still reports ``channel`` blocked: reading it would hand out
+        items after a barrier that is still being aligned. Resuming a channel that is not blocked at the
+        gate only reports the event.
+        """
+        if self._handler.is_blocked(channel):
+            raise RuntimeError(
+                f"channel {channel} was resumed while the barrier handler still holds it blocked for "
+                f"checkpoint {self._handler.latest_checkpoint_id}: only the handler that blocks a channel "
+                "may resume it, once its alignment is over"
+            )
+        blocked = self._blocked
+        was_blocked = blocked[channel]
+        blocked[channel] = False
+        listener = self._consumption_listener
+        if listener is not None:
+            listener(ConsumptionEvent.RESUMED, channel)
+        if was_blocked and not self._finished[channel]:
+            # make it pollable now (a resume may come from outside poll_next); keep the round-robin
+            # cursor on the channel it pointed at
+            active = self._active
+            pos = bisect.bisect_left(active, channel)
+            if pos == len(active) or active[pos] != channel:
+                active.insert(pos, channel)
+                if pos < self._cursor:
+                    self._cursor += 1
 
     def is_finished(self) -> bool:
         """True once every channel delivered :data:`END_OF_PARTITION`."""
         return self._num_finished == len(self._channels)
 
     def is_blocked(self, channel: int) -> bool:
-        return self._handler.is_blocked(channel)
+        """True iff ``channel`` is blocked at the gate (delivered a barrier not resumed since)."""
+        return self._blocked[channel]
+
+    @property
+    def blocked_channels(self) -> tuple[int, ...]:
+        """The channels blocked at the gate now, in channel order."""
+        blocked = self._blocked
+        return tuple(c for c in range(len(blocked)) if blocked[c])
 
     @property
     def latest_checkpoint_id(self) -> int:

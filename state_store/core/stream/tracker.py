@@ -23,7 +23,9 @@ arrived; if *n* is newer than everything, notify the abort and remember *n* as a
 End of a channel: abort every pending checkpoint (reason ``CHECKPOINT_DECLINED_INPUT_END_OF_STREAM``)
 and count the channel as closed for the checkpoints that follow.
 
-Channels are never blocked, so records after barrier *n* may be processed before *n* is triggered:
+Channels are never blocked -- neither kept by the tracker nor at the gate: ``blocks_on_barrier`` is
+False and the tracker never resumes a channel (seed 000: its ``processBarrier`` does nothing with the
+channel but log it) -- so records after barrier *n* may be processed before *n* is triggered:
 after a restore from *n* they are replayed (at-least-once). The tracker assumes that newer
 checkpoints have higher ids and that a channel never repeats a barrier: a repeated barrier is
 counted again (it cannot be detected without per-channel state, exactly as in Flink).

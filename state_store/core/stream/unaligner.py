@@ -1,6 +1,9 @@
 """Unaligned checkpoints: snapshot at the first barrier (Flink 1.11 ``CheckpointBarrierUnaligner``).
 
-Nothing is blocked. The first barrier of checkpoint *n* triggers *n* at once; from then on every
+Nothing is blocked: ``blocks_on_barrier`` is False, so the gate never blocks a channel for this
+handler, and it never resumes one. (Seed 000 describes the unaligner only as triggering at the first
+barrier and tracking received and consumed barriers -- no block, no alignment -- so we keep it
+non-blocking.) The first barrier of checkpoint *n* triggers *n* at once; from then on every
 item a channel delivers before its own barrier *n* is *in-flight data* of *n*: it is processed
 normally, and also handed to the :class:`ChannelStateWriter` so that a restore from *n* replays it::
 
