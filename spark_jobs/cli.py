@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from spark_jobs.jobs.loading import JobNotFoundError
-from spark_jobs.pins import PinError
+from spark_jobs.lifecycle.pins import PinError
 from state_store.clocks import SystemClock
 from state_store.core import (
     CheckpointConfig,
@@ -211,7 +211,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_protocol_demo(args: argparse.Namespace) -> int:
-    from spark_jobs.protocol_demo import run_protocol_demo
+    from spark_jobs.tools.protocol_demo import run_protocol_demo
 
     store = open_store(args.store)
     rows = run_protocol_demo(store, args.job, epochs=args.epochs, kill=kill_switch_from_env(os.environ))
@@ -248,7 +248,7 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from spark_jobs.report import write_report
+    from spark_jobs.tools.report import write_report
 
     store = _job_store(args)
     r = write_report(store, args.job, args.out, limit=args.limit, airflow_url=args.airflow_url)
@@ -261,7 +261,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_retention(args: argparse.Namespace) -> int:
-    from spark_jobs.pins import pin_checkpoints, unpin_checkpoints
+    from spark_jobs.lifecycle.pins import pin_checkpoints, unpin_checkpoints
 
     store = _job_store(args)
     config = CheckpointConfig(retained_checkpoints=args.retain, orphan_grace_ms=args.grace_ms)
@@ -385,7 +385,7 @@ def _cmd_lease(args: argparse.Namespace) -> int:
 
 
 def _snapshot_of(args: argparse.Namespace, which: str) -> Any:
-    from spark_jobs.snapshots import from_checkpoint, read_savepoint
+    from spark_jobs.lifecycle.snapshots import from_checkpoint, read_savepoint
 
     if which.isdigit():
         store = _job_store(args)
@@ -395,8 +395,8 @@ def _snapshot_of(args: argparse.Namespace, which: str) -> Any:
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
+    from spark_jobs.lifecycle.snapshots import savepoint_location
     from spark_jobs.runtime.cycle import take_savepoint
-    from spark_jobs.snapshots import savepoint_location
 
     _check_time_step(args)
     job = load_job(args.job_ref)
@@ -421,7 +421,7 @@ def _cmd_savepoint(args: argparse.Namespace) -> int:
 
 
 def _cmd_savepoints(args: argparse.Namespace) -> int:
-    from spark_jobs.snapshots import dispose_savepoint, list_savepoints, savepoint_keys
+    from spark_jobs.lifecycle.snapshots import dispose_savepoint, list_savepoints, savepoint_keys
 
     store = _job_store(args)
     if args.action == "list":
@@ -445,7 +445,7 @@ def _cmd_savepoints(args: argparse.Namespace) -> int:
 
 
 def _cmd_inspect(args: argparse.Namespace) -> int:
-    from spark_jobs.inspect import operator_state
+    from spark_jobs.tools.inspect import operator_state
 
     if (args.checkpoint is None) == (args.savepoint is None):
         raise UsageError("inspect needs exactly one of --checkpoint N or --savepoint PATH")
@@ -474,7 +474,7 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_diff(args: argparse.Namespace) -> int:
-    from spark_jobs.inspect import diff
+    from spark_jobs.tools.inspect import diff
 
     result = diff(_snapshot_of(args, args.a), _snapshot_of(args, args.b))
     if args.json:
@@ -488,7 +488,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 
 def _cmd_restore(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
-    from spark_jobs.restore import RestoreRequest, restore, roots_from_text
+    from spark_jobs.lifecycle.restore import RestoreRequest, restore, roots_from_text
 
     _check_time_step(args)
     job = load_job(args.job_ref)
@@ -528,8 +528,8 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 
 
 def _cmd_backfill(args: argparse.Namespace) -> int:
-    from spark_jobs.backfill import backfill
     from spark_jobs.jobs.loading import load_job
+    from spark_jobs.lifecycle.backfill import backfill
 
     _check_time_step(args)
     job = load_job(args.job_ref)

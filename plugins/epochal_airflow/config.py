@@ -196,7 +196,7 @@ class EpochalSettings:
 def snapshot_roots(env: Mapping[str, str] | None = None) -> tuple[str, ...]:
     """``EPOCHAL_SNAPSHOT_ROOTS``: the storage URIs a restore's savepoint location must lie under
     (besides the job's own store); empty when unset (any location)."""
-    from spark_jobs.restore import roots_from_text
+    from spark_jobs.lifecycle.restore import roots_from_text
 
     e = os.environ if env is None else env
     return roots_from_text(e.get("EPOCHAL_SNAPSHOT_ROOTS", ""))

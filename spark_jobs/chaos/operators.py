@@ -28,10 +28,10 @@ import dataclasses
 import random
 from typing import Any
 
-from spark_jobs.backfill import backfill
 from spark_jobs.chaos.driver import STEPS, Driver, TickPlan
 from spark_jobs.chaos.schedule import FaultEvent
-from spark_jobs.restore import RestoreRequest, import_snapshot, load_snapshot, restore
+from spark_jobs.lifecycle.backfill import backfill
+from spark_jobs.lifecycle.restore import RestoreRequest, import_snapshot, load_snapshot, restore
 from spark_jobs.runtime import cycle
 from state_store.core.cleaner import apply_retention
 from state_store.core.jobrecord import JobRecords

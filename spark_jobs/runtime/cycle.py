@@ -55,6 +55,7 @@ from state_store.core.manifests import (
 from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore, StoreError
 from state_store.core.properties import CheckpointProperties
 from state_store.core.retention import RetentionPlan
+from state_store.core.status import CheckpointStatus
 from state_store.core.twophase import (
     PreCommittedTxn,
     commit_pending_transactions,
@@ -139,7 +140,7 @@ def effective_parallelism(job: Job, record: JobRecord | None) -> Parallelism:
 
 def rescale_plan(job: Job, parallelism: Parallelism, checkpoint_id: int | None) -> str:
     """The restore plan of a rescale by definition (the same table a restore prints)."""
-    from spark_jobs.restore import job_shape
+    from spark_jobs.lifecycle.restore import job_shape
     from state_store.core.restore_plan import RestoreOptions, SnapshotShape, plan_restore
 
     before = job_shape(with_parallelism(job, parallelism.recorded))
@@ -229,7 +230,7 @@ def recover_chain(
     head's lineage). A head that does not verify (or failed its audit) stops the job with
     ChainHeadError -- unless falling back to its base is provably safe: no sink of the job committed
     any of its output. Then the job falls back, the head is quarantined, and the log says so."""
-    from spark_jobs.restore import finish_restore
+    from spark_jobs.lifecycle.restore import finish_restore
 
     try:
         coordinator.roll_forward()
@@ -497,7 +498,7 @@ def apply_job_retention(
 @dataclass
 class CycleReport:
     checkpoint_id: int | None
-    status: str
+    status: CheckpointStatus
     summaries: list[dict[str, Any]] = field(default_factory=list)
     reason: str = ""
     rescale_plan: str = ""
@@ -555,9 +556,9 @@ class EpochCycle:
                 log_rescale=log_rescale,
             )
         except JobStoppedError as exc:
-            return CycleReport(None, "stopped", reason=str(exc))
+            return CycleReport(None, CheckpointStatus.STOPPED, reason=str(exc))
         if pending is None:
-            return CycleReport(None, "skipped", reason="no new input")
+            return CycleReport(None, CheckpointStatus.SKIPPED, reason="no new input")
         n = pending.checkpoint_id
         summaries = run_epoch(
             job,
@@ -571,7 +572,7 @@ class EpochCycle:
             lease_token=token,
         )
         result = complete_epoch(job, store, clock, n, gate=gate, kill=kill, lease_token=token)
-        if result.status == "completed":
+        if result.status is CheckpointStatus.COMPLETED:
             notify_epoch_complete(job, store, clock, n, kill=kill, lease_token=token)
         apply_job_retention(job, store, clock, kill=kill, lease_token=token)
         return CycleReport(n, result.status, summaries, result.message, "\n".join(plans))
@@ -616,7 +617,12 @@ def take_savepoint(
     epoch, complete it, and write it self-contained to ``<root>/<job>/savepoints/<name>/``.
     Savepoints never move LATEST and are never deleted by retention. ``stop``: stop-with-savepoint
     -- no epoch runs after it until the job is restored (from this savepoint or another snapshot)."""
-    from spark_jobs.snapshots import _from_metadata, savepoint_location, savepoint_store, write_savepoint
+    from spark_jobs.lifecycle.snapshots import (
+        from_metadata,
+        savepoint_location,
+        savepoint_store,
+        write_savepoint,
+    )
 
     location = savepoint_location(store_uri, job.job_id, name)  # a bad name is refused before any write
     store = open_store(store_uri)
@@ -628,11 +634,11 @@ def take_savepoint(
     n = pending.checkpoint_id
     run_epoch(job, store_uri, n, clock, executor=executor, spark=spark, lease_token=lease_token, kill=kill)
     result = complete_epoch(job, store, clock, n, lease_token=lease_token, kill=kill)
-    if result.status != "completed" or result.checkpoint is None:
+    if result.status is not CheckpointStatus.COMPLETED or result.checkpoint is None:
         raise RuntimeError(
             f"savepoint {name!r} failed: checkpoint {pending.checkpoint_id} {result.status}: {result.message}"
         )
-    snapshot = _from_metadata(
+    snapshot = from_metadata(
         store,
         result.checkpoint.metadata,
         job.max_parallelism,

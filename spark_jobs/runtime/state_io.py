@@ -63,7 +63,7 @@ def _handle(value: Mapping[str, Any]) -> StateHandle:
     return StateHandle(str(value["key"]), int(value["size"]), str(value["sha256"]))
 
 
-def _timers_to_json(timers: Mapping[int, Mapping[str, list[list[Any]]]]) -> dict[str, Any]:
+def timers_to_json(timers: Mapping[int, Mapping[str, list[list[Any]]]]) -> dict[str, Any]:
     return {
         str(kg): {
             domain: [[ts, key_to_jsonable(k), key_to_jsonable(ns)] for ts, k, ns in entries]
@@ -236,7 +236,7 @@ def write_operator_snapshot(
             files[str(kg)] = chain.to_json()
             out.handles.extend(chain.handles())
         out.handles = referenced(out.handles)  # a file of several key groups is one handle
-    out.snapshot = {STATE_FILES: files, "timers": _timers_to_json(snap.timers), "extra": snap.extra}
+    out.snapshot = {STATE_FILES: files, "timers": timers_to_json(snap.timers), "extra": snap.extra}
     return out
 
 

@@ -40,6 +40,7 @@ from state_store.core.manifests import (
     TaskId,
 )
 from state_store.core.pending import AckResult, IllegalCheckpointState, PendingCheckpoint, PendingState
+from state_store.core.status import CheckpointStatus, status_of
 from state_store.core.ports import (
     NO_KILL,
     Clock,
@@ -102,6 +103,8 @@ __all__ = [
     "PendingCheckpoint",
     "PendingRecord",
     "PendingState",
+    "CheckpointStatus",
+    "status_of",
     "RecoveryReport",
     "RestoreCommit",
     "RetentionInputs",

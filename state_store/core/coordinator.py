@@ -80,6 +80,7 @@ from state_store.core.ports import (
     ObjectStore,
 )
 from state_store.core.properties import CheckpointProperties
+from state_store.core.status import CheckpointStatus
 from state_store.core.trigger_checks import TriggerFacts, check_trigger
 
 _ID_RACE_RETRIES = 16
@@ -114,7 +115,7 @@ class CompletionResult:
     """Outcome of one ``complete`` call."""
 
     checkpoint_id: int
-    status: str  # "completed" | "in_progress" | "aborted"
+    status: CheckpointStatus  # COMPLETED | IN_PROGRESS | ABORTED
     acked: int
     expected: int
     reason: CheckpointFailureReason | None = None
@@ -515,7 +516,7 @@ class CheckpointCoordinator:
                 return self._follow(pending, stands)
             return CompletionResult(
                 checkpoint_id,
-                "aborted",
+                CheckpointStatus.ABORTED,
                 acked,
                 expected,
                 CheckpointFailureReason[stands.reason],
@@ -541,7 +542,9 @@ class CheckpointCoordinator:
                 f"deadline {pending.deadline_ms} passed; tasks without ack: {missing}",
             )
         if not checkpoint.is_fully_acknowledged:
-            return CompletionResult(checkpoint_id, "in_progress", acked, expected, ack_results=results)
+            return CompletionResult(
+                checkpoint_id, CheckpointStatus.IN_PROGRESS, acked, expected, ack_results=results
+            )
         metadata = checkpoint.finalize(self.clock.now_ms())
         problems = verify_handles(
             self.store, metadata, deep=self.config.verify_sha256, concurrency=self._reads
@@ -696,7 +699,7 @@ class CheckpointCoordinator:
         if decision.outcome is Outcome.ABORT:
             return CompletionResult(
                 checkpoint_id,
-                "aborted",
+                CheckpointStatus.ABORTED,
                 0,
                 expected,
                 CheckpointFailureReason[decision.reason],
@@ -718,7 +721,9 @@ class CheckpointCoordinator:
             self._move_pointer(completed)
             self.kill(killpoints.AFTER_POINTER, checkpoint_id)
             self._subsume_older(checkpoint_id)
-        return CompletionResult(checkpoint_id, "completed", expected, expected, checkpoint=completed)
+        return CompletionResult(
+            checkpoint_id, CheckpointStatus.COMPLETED, expected, expected, checkpoint=completed
+        )
 
     def _move_pointer(self, completed: CompletedCheckpoint) -> None:
         """CAS ``LATEST`` to ``completed`` unless it already points at a newer checkpoint."""

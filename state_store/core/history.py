@@ -9,12 +9,13 @@ from state_store.core.codec import ManifestError
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, DecisionRecord, Outcome, PendingRecord
 from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.core.status import CheckpointStatus, status_of
 
 
 @dataclass(frozen=True, slots=True)
 class CheckpointSummary:
     checkpoint_id: int
-    status: str  # completed | aborted | in_progress | completing | unreadable
+    status: CheckpointStatus  # COMPLETED | ABORTED | IN_PROGRESS | COMPLETING | UNREADABLE
     trigger_ms: int
     end_ms: int | None
     acked: int
@@ -50,7 +51,9 @@ def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummar
             decision = documents.read_optional(store, layout.decision(i), DecisionRecord)
             meta = documents.read_optional(store, layout.metadata(i), CompletedMetadata)
         except (ManifestError, ObjectNotFound) as exc:
-            rows.append(CheckpointSummary(i, "unreadable", 0, None, 0, 0, 0, False, 0, str(exc)))
+            rows.append(
+                CheckpointSummary(i, CheckpointStatus.UNREADABLE, 0, None, 0, 0, 0, False, 0, str(exc))
+            )
             continue
         acks = {info.key for info in store.list(layout.acks_prefix(i))}
         expected = len(pending.expected)
@@ -59,7 +62,7 @@ def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummar
             rows.append(
                 CheckpointSummary(
                     i,
-                    "completed",
+                    CheckpointStatus.COMPLETED,
                     *common,
                     meta.completed_ms,
                     expected,
@@ -73,7 +76,7 @@ def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummar
             rows.append(
                 CheckpointSummary(
                     i,
-                    "aborted",
+                    CheckpointStatus.ABORTED,
                     *common,
                     decision.decided_ms,
                     min(len(acks), expected),
@@ -85,7 +88,7 @@ def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummar
                 )
             )
         else:
-            status = "completing" if decision is not None else "in_progress"
+            status = status_of(has_metadata=False, decided=decision is not None, aborted=False)
             rows.append(
                 CheckpointSummary(
                     i,

@@ -104,7 +104,7 @@ class JobRecord:
     parallelism: int = 0
     declared_parallelism: int = 0
     restore_finished: int = 0
-    """The import (restore) whose follow-up steps are done (``spark_jobs.restore.finish_restore``):
+    """The import (restore) whose follow-up steps are done (``spark_jobs.lifecycle.restore.finish_restore``):
     they run once, so a stop or an unpin made after the restore stands."""
 
 

@@ -22,7 +22,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("completed", "failed", "in_progress", "completing", "unreadable")
+from state_store.core.status import CheckpointStatus
+
+STATUSES = tuple(
+    s.label()
+    for s in (
+        CheckpointStatus.COMPLETED,
+        CheckpointStatus.ABORTED,
+        CheckpointStatus.IN_PROGRESS,
+        CheckpointStatus.COMPLETING,
+        CheckpointStatus.UNREADABLE,
+    )
+)
+"""The words of :class:`~state_store.core.status.CheckpointStatus` the view shows (``failed`` for ABORTED)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,7 @@ from state_store.core.manifests import (
     TaskSnapshot,
 )
 from state_store.core.ports import ObjectNotFound, ObjectStore
+from state_store.core.status import CheckpointStatus, status_of
 from state_store.monitoring.model import CheckpointRow
 
 DOCS = ("_pending.json", "_decision.json", "_metadata.json", "_validation.json", "_quarantined.json")
@@ -147,7 +148,20 @@ def checkpoint_row(
             reads += 1
     except (ManifestError, ObjectNotFound) as exc:
         row = CheckpointRow(
-            checkpoint_id, "unreadable", 0, None, 0, 0, 0, 0, None, False, 0, "", "not_run", reason=str(exc)
+            checkpoint_id,
+            CheckpointStatus.UNREADABLE.label(),
+            0,
+            None,
+            0,
+            0,
+            0,
+            0,
+            None,
+            False,
+            0,
+            "",
+            "not_run",
+            reason=str(exc),
         )
         return row, reads
     validation, detail, n = validation_of(store, layout, checkpoint_id, item)
@@ -168,7 +182,7 @@ def checkpoint_row(
     if meta is not None:
         return (
             CheckpointRow(
-                status="completed",
+                status=CheckpointStatus.COMPLETED.label(),
                 end_ms=meta.completed_ms,
                 acked=len(meta.tasks),
                 state_size=meta.state_size,
@@ -182,7 +196,7 @@ def checkpoint_row(
     if decision is not None and decision.outcome is Outcome.ABORT:
         return (
             CheckpointRow(
-                status="failed",
+                status=CheckpointStatus.ABORTED.label(),
                 end_ms=decision.decided_ms,
                 acked=acked,
                 state_size=0,
@@ -193,7 +207,7 @@ def checkpoint_row(
             ),
             reads,
         )
-    status = "completing" if decision is not None else "in_progress"
+    status = status_of(has_metadata=False, decided=decision is not None, aborted=False).label()
     row = CheckpointRow(
         status=status, end_ms=None, acked=acked, state_size=0, incremental_size=0, alignment_ms=None, **common
     )

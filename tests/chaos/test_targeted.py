@@ -17,10 +17,10 @@ import state_store.storage.local as local_module
 from spark_jobs.chaos.observe import committed_rows, latest_pointer
 from spark_jobs.chaos.runner import SINK, ChaosConfig, reference, run_schedule
 from spark_jobs.chaos.schedule import FaultEvent, Schedule
-from spark_jobs.checks import validate_snapshot_of
+from spark_jobs.lifecycle.checks import validate_snapshot_of
+from spark_jobs.lifecycle.snapshots import from_metadata
 from spark_jobs.runtime import cycle
 from spark_jobs.sinks.commit_log import CommitLog
-from spark_jobs.snapshots import _from_metadata
 from state_store.clocks import ManualClock
 from state_store.core import killpoints
 from state_store.core.ports import ObjectStore, StorageFullError
@@ -181,7 +181,7 @@ def test_a_great_expectations_failure_after_pre_commit_aborts_the_sink_and_keeps
     }
 
     def gx_gate(metadata: Any) -> str | None:
-        snapshot = _from_metadata(store, metadata, job.max_parallelism, "gate")
+        snapshot = from_metadata(store, metadata, job.max_parallelism, "gate")
         result = validate_snapshot_of(job, snapshot)
         return None if result.passed else result.summary_line()
 

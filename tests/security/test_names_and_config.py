@@ -11,7 +11,7 @@ import pytest
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.cli import main
-from spark_jobs.snapshots import savepoint_location
+from spark_jobs.lifecycle.snapshots import savepoint_location
 from spark_jobs.sources.generator import GeneratorSource
 from state_store.core.config import CheckpointConfig
 from state_store.core.layout import InvalidNameError, JobLayout, validate_name

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from spark_jobs.chaos.runner import ChaosConfig
-from spark_jobs.restore import RestoreRequest, restore, roots_from_text
+from spark_jobs.lifecycle.restore import RestoreRequest, restore, roots_from_text
+from spark_jobs.lifecycle.snapshots import SnapshotError
 from spark_jobs.runtime.cycle import run_cycle, take_savepoint
-from spark_jobs.snapshots import SnapshotError
 from state_store.clocks import ManualClock
 
 CONFIG = ChaosConfig()

@@ -60,16 +60,16 @@ LINT_IMPORTS = Path(sys.executable).parent / "lint-imports"
 
 #: contract id -> (module file to append to, the import that breaks that contract alone)
 VIOLATIONS = {
-    "layers": ("state_store/storage/uri.py", "import spark_jobs.pins"),
+    "layers": ("state_store/storage/uri.py", "import spark_jobs.lifecycle.pins"),
     "pure-core": ("state_store/core/layout.py", "import pyarrow"),
     "library-no-engines": ("state_store/storage/memory.py", "import pyspark"),
-    "runtime-no-airflow": ("spark_jobs/pins.py", "import airflow"),
+    "runtime-no-airflow": ("spark_jobs/lifecycle/pins.py", "import airflow"),
     "adapters-independent": ("state_store/validation/result.py", "import state_store.formats"),
     "small-modules-on-core": ("state_store/clocks.py", "import state_store.storage"),
-    "test-kit": ("spark_jobs/report.py", "import state_store.testing"),
+    "test-kit": ("spark_jobs/tools/report.py", "import state_store.testing"),
     "gx-behind-port": ("state_store/monitoring/model.py", "import great_expectations"),
     "boto3-behind-port": ("spark_jobs/sources/generator.py", "import boto3"),
-    "no-cycles": ("spark_jobs/pins.py", "import spark_jobs.cli"),
+    "no-cycles": ("spark_jobs/lifecycle/pins.py", "import spark_jobs.cli"),
 }
 
 

@@ -295,7 +295,7 @@ class ValidateCheckpointOperator(EpochalOperator):
     releases_lease = False
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
-        from spark_jobs.checks import validate_checkpoint
+        from spark_jobs.lifecycle.checks import validate_checkpoint
         from state_store.core import CheckpointVerificationError, ManifestError
 
         n = self.checkpoint_id(context)

@@ -82,7 +82,7 @@ class RestoreOperator(EpochalOperator):
         return super().execute(context, event)
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
-        from spark_jobs.restore import RestoreRequest, restore
+        from spark_jobs.lifecycle.restore import RestoreRequest, restore
 
         uid_map = self.uid_map if isinstance(self.uid_map, dict) else json.loads(self.uid_map or "{}")
         parallelism = int(self.parallelism) if self.parallelism not in (None, "", "None") else None
@@ -132,7 +132,7 @@ class BackfillOperator(EpochalOperator):
     def execute(self, context: Context, event: Any = None) -> dict[str, Any]:
         """The lease is the new job's (the backfill changes nothing of the production job)."""
         from epochal_airflow.triggers.lease import LeaseFreeTrigger
-        from spark_jobs.backfill import backfill
+        from spark_jobs.lifecycle.backfill import backfill
         from state_store.core.lease import LeaseHeldError
 
         rt = self.runtime(context)

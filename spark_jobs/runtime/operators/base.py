@@ -68,7 +68,7 @@ class OperatorRestore:
     """True when ``keyed`` was read from files of a completed checkpoint that matched its size and
     SHA-256 listing (``read_operator_restore``). Such a file holds each entry under the key group
     Epochal put it in -- its snapshot path routes keys with the one hash function, and a savepoint
-    import checks every key (``spark_jobs.snapshots.read_savepoint``) -- so a restore does not hash
+    import checks every key (``spark_jobs.lifecycle.snapshots.read_savepoint``) -- so a restore does not hash
     every key again, as Flink trusts the key-group offsets of its own snapshots. False: every key's
     key group is checked (state built by hand, tests)."""
 

@@ -89,7 +89,7 @@ def test_a_rescaling_restore_sticks_for_the_epoch_dag(
 ) -> None:
     """After ``restore --parallelism 3`` every later epoch DAG run runs 3 subtasks per keyed stage
     (the job's code still says 2), and the trigger task's log says so."""
-    from spark_jobs.restore import RestoreRequest, restore
+    from spark_jobs.lifecycle.restore import RestoreRequest, restore
     from state_store.core import CompletedCheckpointStore, JobLayout
 
     uri = (tmp_path / "store").as_uri()

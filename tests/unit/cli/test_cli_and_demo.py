@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.cli import main
-from spark_jobs.protocol_demo import WordCountSubtask
+from spark_jobs.tools.protocol_demo import WordCountSubtask
 from state_store.core import JobLayout, killpoints, load_completed
 from state_store.storage import LocalObjectStore
 

@@ -154,7 +154,7 @@ def test_a_job_id_that_is_not_a_safe_name_is_refused() -> None:
 
 
 def test_a_restore_is_counted_with_its_source_and_the_new_generation(tmp_path: Path) -> None:
-    from spark_jobs.restore import RestoreRequest, restore
+    from spark_jobs.lifecycle.restore import RestoreRequest, restore
 
     made = make_history(tmp_path, epochs=2)
     job, clock = small_job(), TickingClock(10**13)

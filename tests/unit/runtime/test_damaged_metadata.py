@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.cli import main as epochal
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from state_store.core import ChainHeadError, JobLayout
 from state_store.core.codec import canonical_json, sha256_hex
 from state_store.storage import open_store

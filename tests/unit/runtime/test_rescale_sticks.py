@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from spark_jobs.cli import main as epochal
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.runtime.cycle import RescaleRefused, job_record
 from state_store.core import CompletedCheckpointStore, JobLayout
 from state_store.storage import open_store

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.backfill import BackfillTargetExists, backfill
-from spark_jobs.checks import validate_checkpoint
-from spark_jobs.pins import pin
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.backfill import BackfillTargetExists, backfill
+from spark_jobs.lifecycle.checks import validate_checkpoint
+from spark_jobs.lifecycle.pins import pin
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.runtime.cycle import take_savepoint
 from state_store.core import JobLayout
 from state_store.storage import open_store
@@ -141,7 +141,7 @@ def test_a_forced_restore_from_a_savepoint_past_a_damaged_head_retracts_everythi
 
 def test_a_stop_and_an_unpin_after_a_restore_stand(tmp_path: Path) -> None:
     """A restore's follow-up runs once: it never deletes a later stop marker or re-pins."""
-    from spark_jobs.pins import pinned_ids
+    from spark_jobs.lifecycle.pins import pinned_ids
     from spark_jobs.runtime.cycle import JobStoppedError, ensure_running
     from state_store.core.coordinator import CheckpointCoordinator
 
@@ -199,7 +199,7 @@ def test_a_lost_job_record_after_a_restore_continues_from_the_newest_checkpoint(
 
 
 def test_a_restore_from_a_checkpoint_whose_output_was_retracted_is_refused(tmp_path: Path) -> None:
-    from spark_jobs.snapshots import SnapshotError
+    from spark_jobs.lifecycle.snapshots import SnapshotError
 
     uri, job, clock = three_epochs(tmp_path)
     path = tmp_path / "store" / JobLayout("clickstream").metadata(3)

@@ -14,9 +14,9 @@ import pytest
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Count, TumblingEventTimeWindows
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.snapshots import SnapshotError, read_savepoint
 from spark_jobs.runtime.cycle import take_savepoint
-from spark_jobs.snapshots import SnapshotError, read_savepoint
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core.restore_plan import RestorePlanError
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, final_state, new_clock, small_job
@@ -199,7 +199,7 @@ def test_stop_with_savepoint_halts_epochs_until_a_restore(tmp_path: Path) -> Non
 def test_a_savepoint_entry_under_the_wrong_key_group_is_refused_at_import(tmp_path: Path, savepoint) -> None:  # type: ignore[no-untyped-def]
     """State enters checkpoints through a savepoint import, which checks every entry's key group:
     restores from checkpoints then trust them (``OperatorRestore.trusted_key_groups``)."""
-    from spark_jobs.snapshots import SAVEPOINT_KIND, _Body
+    from spark_jobs.lifecycle.snapshots import SAVEPOINT_KIND, _Body
     from state_store.core.codec import decode_document, encode_document
     from state_store.core.state.snapshot import KeyedStateSnapshot
     from state_store.formats.keyed import read_state_file, write_state_file

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.checks import validate_checkpoint
+from spark_jobs.lifecycle.checks import validate_checkpoint
 from spark_jobs.runtime.cycle import coordinator_for
 from spark_jobs.runtime.state_io import STATE_FILES
 from state_store.core import JobLayout, documents, load_completed
@@ -76,7 +76,7 @@ def test_a_quarantined_head_whose_output_is_committed_stops_the_job_until_a_forc
     """The audit runs after the sink committed the checkpoint's output: resuming from the checkpoint
     before it automatically would commit that output twice, so the job stops with the remedy; the
     forced restore from the older checkpoint retracts the output and the job reprocesses it once."""
-    from spark_jobs.restore import RestoreRequest, restore
+    from spark_jobs.lifecycle.restore import RestoreRequest, restore
     from spark_jobs.sinks import read_committed
     from state_store.core import ChainHeadError
 
@@ -132,8 +132,8 @@ def test_a_quarantined_head_without_committed_output_falls_back_automatically(tm
 
 
 def test_restore_refuses_a_snapshot_that_fails_validation_unless_forced(tmp_path: Path) -> None:
-    from spark_jobs.restore import RestoreRequest, restore
-    from spark_jobs.snapshots import SnapshotError
+    from spark_jobs.lifecycle.restore import RestoreRequest, restore
+    from spark_jobs.lifecycle.snapshots import SnapshotError
 
     uri, job, clock = tmp_path.as_uri(), small_job(), new_clock()
     for _ in range(3):

@@ -24,7 +24,7 @@ from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Aggregates, Count, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows
 from spark_jobs.chaos.observe import state_digest
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.runtime.cycle import run_cycle, take_savepoint
 from spark_jobs.runtime.operators import window
 from spark_jobs.runtime.operators.base import OperatorContext

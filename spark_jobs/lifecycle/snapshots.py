@@ -89,10 +89,10 @@ def from_checkpoint(store: ObjectStore, job_id: str, checkpoint_id: int, max_par
             f"checkpoint {checkpoint_id} of job {job_id} was not found (not completed, or removed by "
             "retention): see `epochal checkpoints list`"
         ) from None
-    return _from_metadata(store, meta, max_parallelism, f"{store.uri} checkpoint {checkpoint_id}")
+    return from_metadata(store, meta, max_parallelism, f"{store.uri} checkpoint {checkpoint_id}")
 
 
-def _from_metadata(
+def from_metadata(
     store: ObjectStore, meta: CompletedMetadata, max_parallelism: int, location: str
 ) -> Snapshot:
     everything = KeyGroupRange(0, max_parallelism - 1)

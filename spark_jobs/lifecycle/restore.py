@@ -35,11 +35,11 @@ from urllib.parse import urlsplit
 from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
 from spark_jobs.api.windows import EventTimeSessionWindows
-from spark_jobs.pins import pin
+from spark_jobs.lifecycle.pins import pin
+from spark_jobs.lifecycle.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.cycle import coordinator_for, expected_tasks, sink_specs
-from spark_jobs.runtime.state_io import STATE_FILES, _timers_to_json
-from spark_jobs.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
+from spark_jobs.runtime.state_io import STATE_FILES, timers_to_json
 from state_store.core.completed import ChainHeadError
 from state_store.core.coordinator import RestoreCommit
 from state_store.core.failures import CheckpointFailureReason
@@ -210,7 +210,7 @@ def import_snapshot(
                             files[str(kg)] = {"key": handle.key, "size": handle.size, "sha256": handle.sha256}
                             written.append(handle)
                 timers = {kg: doms for kg, doms in op.timers.items() if kg in owned}
-                snap = {STATE_FILES: files, "timers": _timers_to_json(timers), "extra": {}}
+                snap = {STATE_FILES: files, "timers": timers_to_json(timers), "extra": {}}
                 acks.append((TaskId(step.uid, subtask), tuple(written), snap))
     declared = declared_parallelism if declared_parallelism is not None else job.parallelism
     expected = [task for task, _, _ in acks] or expected_tasks(job)
@@ -418,7 +418,7 @@ def _accept(prepared: _Prepared, request: RestoreRequest) -> None:
     """Refuse a plan that loses state, or a snapshot that fails validation (unless forced)."""
     prepared.plan.raise_if_refused()
     if not request.force:
-        from spark_jobs.checks import validate_snapshot_of
+        from spark_jobs.lifecycle.checks import validate_snapshot_of
 
         result = validate_snapshot_of(prepared.job, prepared.snapshot)
         if not result.passed:

@@ -15,9 +15,9 @@ from typing import Any
 import pandas as pd
 
 from spark_jobs.api.job import Job
+from spark_jobs.lifecycle.snapshots import Snapshot, from_checkpoint
 from spark_jobs.runtime.cycle import sink_specs
 from spark_jobs.sinks import read_committed
-from spark_jobs.snapshots import Snapshot, from_checkpoint
 from state_store.core import documents
 from state_store.core.completed import completed_ids, load_completed
 from state_store.core.keygroups import key_group_of

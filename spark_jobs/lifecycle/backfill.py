@@ -14,9 +14,9 @@ import copy
 from typing import Any
 
 from spark_jobs.api.job import Job
-from spark_jobs.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.snapshots import read_savepoint
 from spark_jobs.runtime.cycle import EpochCycle, sink_specs
-from spark_jobs.snapshots import read_savepoint
 from state_store.clocks import ManualClock
 from state_store.core.layout import JobLayout, validate_name
 from state_store.core.ports import ObjectStore

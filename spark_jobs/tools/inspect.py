@@ -8,7 +8,7 @@ from typing import Any
 import pandas as pd
 import pyarrow as pa
 
-from spark_jobs.snapshots import Snapshot, SnapshotError
+from spark_jobs.lifecycle.snapshots import Snapshot, SnapshotError
 from state_store.core.state.descriptors import StateKind
 from state_store.formats.json_codec import key_to_json, value_to_json
 
