@@ -20,15 +20,10 @@ from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import Any
 
-from spark_jobs.jobs.loading import JobNotFoundError
-from spark_jobs.lifecycle.pins import PinError
 from state_store.clocks import SystemClock
 from state_store.core import (
     CheckpointConfig,
     CheckpointSummary,
-    CheckpointVerificationError,
-    InvalidNameError,
-    ManifestError,
     ObjectNotFound,
     StoreError,
     apply_retention,
@@ -36,15 +31,15 @@ from state_store.core import (
     load_completed,
 )
 from state_store.core.codec import to_jsonable
+from state_store.core.errors import BadInputError, EpochalError
 from state_store.core.layout import JobLayout
-from state_store.core.lease import LeaseHeldError, LeaseLostError
-from state_store.faults import InvalidFaultSpec, kill_switch_from_env
+from state_store.faults import kill_switch_from_env
 from state_store.lease_keeper import HeldLease, holder_id
-from state_store.storage import InvalidStoreURI, open_store
+from state_store.storage import open_store
 from state_store.storage.uri import redact
 
 
-class UsageError(Exception):
+class UsageError(BadInputError):
     """Bad input from the user: printed as one line, exit code 2."""
 
 
@@ -734,24 +729,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         result: int = args.func(args)
         return result
-    except (
-        ManifestError,
-        StoreError,
-        LeaseHeldError,
-        LeaseLostError,
-        CheckpointVerificationError,
-        PinError,
-    ) as exc:
+    except EpochalError as exc:  # the tree of state_store.core.errors: one line, its exit code
         print(f"epochal: {_one_line(exc)}", file=sys.stderr)
-        return 1
-    except (
-        UsageError,
-        InvalidStoreURI,
-        InvalidNameError,
-        InvalidFaultSpec,
-        JobNotFoundError,
-        ValueError,
-    ) as exc:
+        return exc.exit_code
+    except ValueError as exc:
         print(f"epochal: {_one_line(exc)}", file=sys.stderr)
         return 2
     except Exception as exc:

@@ -22,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from state_store.core import killpoints
+from state_store.core.errors import BadInputError
 from state_store.core.ports import NO_KILL, KillSwitch
 
 
@@ -34,7 +35,7 @@ class SimulatedCrash(BaseException):
         self.checkpoint_id = checkpoint_id
 
 
-class InvalidFaultSpec(ValueError):
+class InvalidFaultSpec(ValueError, BadInputError):
     """An EPOCHAL_FAULT value that names no kill point."""
 
 

@@ -8,9 +8,10 @@ from typing import Any
 
 from spark_jobs.api.job import Job
 from spark_jobs.examples import EXAMPLES, example_factory
+from state_store.core.errors import BadInputError
 
 
-class JobNotFoundError(ValueError):
+class JobNotFoundError(ValueError, BadInputError):
     """The job reference names nothing runnable; the message says what to write."""
 
 

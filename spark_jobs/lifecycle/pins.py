@@ -12,12 +12,13 @@ from collections.abc import Iterable
 from state_store.core import documents
 from state_store.core.completed import completed_ids
 from state_store.core.coordinator import CheckpointCoordinator
+from state_store.core.errors import EpochalError
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import PinRecord
 from state_store.core.ports import ObjectStore
 
 
-class PinError(ValueError):
+class PinError(ValueError, EpochalError):
     """A pin or unpin of a checkpoint that cannot be pinned or is not pinned."""
 
 

@@ -24,6 +24,7 @@ from urllib.parse import urlsplit, urlunsplit
 from spark_jobs.runtime.state_io import read_operator_restore
 from state_store.core.codec import ManifestError, decode_document, encode_document, sha256_hex
 from state_store.core.completed import load_completed
+from state_store.core.errors import BadInputError
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout, validate_name
 from state_store.core.manifests import CompletedMetadata
@@ -38,7 +39,7 @@ from state_store.storage import open_store
 SAVEPOINT_KIND = "savepoint"
 
 
-class SnapshotError(ValueError):
+class SnapshotError(ValueError, BadInputError):
     """A snapshot that cannot be used (missing, corrupt, of another job); says what to do."""
 
 

@@ -21,6 +21,7 @@ from state_store.core.coordinator import (
     MasterHook,
     RestoreCommit,
 )
+from state_store.core.errors import BadInputError, EpochalError
 from state_store.core.failures import CheckpointException, CheckpointFailureReason, JobFailedError
 from state_store.core.history import CheckpointSummary, checkpoint_history
 from state_store.core.jobrecord import JobRecords
@@ -40,7 +41,6 @@ from state_store.core.manifests import (
     TaskId,
 )
 from state_store.core.pending import AckResult, IllegalCheckpointState, PendingCheckpoint, PendingState
-from state_store.core.status import CheckpointStatus, status_of
 from state_store.core.ports import (
     NO_KILL,
     Clock,
@@ -57,6 +57,7 @@ from state_store.core.ports import (
 from state_store.core.properties import CheckpointProperties, RetentionPolicy
 from state_store.core.responder import TaskCheckpointResponder
 from state_store.core.retention import CheckpointFacts, RetentionInputs, RetentionPlan, plan_retention
+from state_store.core.status import CheckpointStatus, status_of
 
 __all__ = [
     "FORMAT_VERSION",
@@ -64,6 +65,7 @@ __all__ = [
     "AckRecord",
     "AckResult",
     "AttemptRecord",
+    "BadInputError",
     "ChainHeadError",
     "CheckpointConfig",
     "CheckpointCoordinator",
@@ -71,6 +73,7 @@ __all__ = [
     "CheckpointFacts",
     "CheckpointFailureReason",
     "CheckpointProperties",
+    "CheckpointStatus",
     "CheckpointSummary",
     "CheckpointVerificationError",
     "Clock",
@@ -80,6 +83,7 @@ __all__ = [
     "CompletionResult",
     "DecisionRecord",
     "DeclineRecord",
+    "EpochalError",
     "Gate",
     "IllegalCheckpointState",
     "InvalidConfigError",
@@ -103,8 +107,6 @@ __all__ = [
     "PendingCheckpoint",
     "PendingRecord",
     "PendingState",
-    "CheckpointStatus",
-    "status_of",
     "RecoveryReport",
     "RestoreCommit",
     "RetentionInputs",
@@ -121,5 +123,6 @@ __all__ = [
     "checkpoint_history",
     "load_completed",
     "plan_retention",
+    "status_of",
     "validate_name",
 ]

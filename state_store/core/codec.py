@@ -27,13 +27,15 @@ import typing
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from state_store.core.errors import EpochalError
+
 FORMAT_VERSION = 1
 _REMEDY = "do not edit checkpoint files by hand; restore from an earlier checkpoint or a savepoint"
 
 T = TypeVar("T")
 
 
-class ManifestError(ValueError):
+class ManifestError(ValueError, EpochalError):
     """A stored document that cannot be trusted (corrupt, truncated, wrong kind or checksum)."""
 
 

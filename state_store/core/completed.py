@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 
 from state_store.core import documents
 from state_store.core.codec import ManifestError, sha256_hex
+from state_store.core.errors import EpochalError
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, JobRecord, LatestPointer, StateHandle
 from state_store.core.parallel import map_ordered
@@ -56,7 +57,7 @@ class CompletedCheckpoint:
         return self.metadata.properties.savepoint
 
 
-class CheckpointVerificationError(Exception):
+class CheckpointVerificationError(EpochalError):
     """A completed checkpoint whose files do not match its metadata."""
 
 

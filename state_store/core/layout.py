@@ -50,13 +50,15 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from state_store.core.errors import BadInputError
+
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 _CHK = re.compile(r"/checkpoints/chk-(\d{10})/")
 _FMT = re.compile(r"^[a-z0-9]{1,16}$")
 _HASH = re.compile(r"^[0-9a-f]{16,64}$")
 
 
-class InvalidNameError(ValueError):
+class InvalidNameError(ValueError, BadInputError):
     """A job id, operator uid or savepoint name that is not a safe path segment."""
 
 

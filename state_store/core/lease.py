@@ -32,6 +32,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from state_store.core.errors import EpochalError
 from state_store.core.manifests import JobRecord, Lease
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def describe(lease: Lease) -> str:
     return f"`{lease.command}` (holder {lease.holder}, token {lease.token})"
 
 
-class LeaseHeldError(RuntimeError):
+class LeaseHeldError(RuntimeError, EpochalError):
     """Another actor holds the job's lease; the message names it, since when, and the remedy."""
 
     def __init__(self, job_id: str, lease: Lease, now_ms: int) -> None:
@@ -75,7 +76,7 @@ class LeaseHeldError(RuntimeError):
         )
 
 
-class LeaseLostError(RuntimeError):
+class LeaseLostError(RuntimeError, EpochalError):
     """The caller's lease is no longer the job's: it is a zombie and must change nothing."""
 
     def __init__(self, job_id: str, token: int | None, current: Lease | None) -> None:

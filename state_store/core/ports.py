@@ -38,8 +38,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from state_store.core.errors import EpochalError
 
-class StoreError(Exception):
+
+class StoreError(EpochalError):
     """Base class of every error an ObjectStore raises."""
 
 

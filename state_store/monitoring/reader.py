@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 
 from state_store.core import documents
 from state_store.core.codec import ManifestError
+from state_store.core.errors import BadInputError
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import (
     AckRecord,
@@ -79,7 +80,7 @@ from state_store.monitoring.rows import (
 _MAX_PAGE = 500
 
 
-class MonitoringError(ValueError):
+class MonitoringError(ValueError, BadInputError):
     """A bad request to the statistics service (unknown checkpoint, bad page or filter)."""
 
 

@@ -12,12 +12,13 @@ import os
 import re
 from urllib.parse import parse_qs, unquote, urlsplit
 
+from state_store.core.errors import BadInputError
 from state_store.core.ports import ObjectStore
 
 _S3_OPTIONS = {"endpoint_url", "region"}
 
 
-class InvalidStoreURI(ValueError):
+class InvalidStoreURI(ValueError, BadInputError):
     """A storage URI that cannot be opened; the message says what to write instead."""
 
 
