@@ -157,8 +157,8 @@ class Driver:
             generation=pending.generation,
             trigger_ms=pending.trigger_ms,
             savepoint=pending.properties.savepoint,
-            positions=dict(pending.positions.get("ranges", {})),
-            restore_id=pending.positions.get("base"),
+            positions={k: list(r) for k, r in pending.barrier.ranges.items()},
+            restore_id=pending.barrier.base,
         )
 
     def quietly(self, what: str, action: Callable[[], Any]) -> Any:

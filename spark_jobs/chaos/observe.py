@@ -30,8 +30,7 @@ def committed_rows(store: ObjectStore, job_id: str, sink_uid: str) -> list[Row]:
 
 
 def positions_key(metadata: CompletedMetadata) -> tuple[tuple[str, int], ...]:
-    ranges = metadata.positions.get("ranges", {})
-    return tuple(sorted((k, int(end)) for k, (_, end) in ranges.items()))
+    return tuple(sorted(metadata.barrier.ends().items()))
 
 
 def state_digest(store: ObjectStore, metadata: CompletedMetadata, max_parallelism: int) -> dict[str, Any]:

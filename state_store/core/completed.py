@@ -343,8 +343,8 @@ def lineage(
     id). The walk stops at an import (no base) or at an ancestor that no longer verifies."""
     chain = [head]
     while len(chain) < max_retained:
-        base = chain[-1].metadata.positions.get("base")
-        if not isinstance(base, int) or isinstance(base, bool) or base <= 0:
+        base = chain[-1].metadata.barrier.base
+        if base is None or base <= 0:
             break
         try:
             chain.append(load_completed(store, layout, base, deep=deep))
@@ -420,8 +420,8 @@ def _check_against_its_records(store: ObjectStore, layout: JobLayout, completed:
         name
         for name, ours, theirs in (
             ("generation", meta.generation, pending.generation),
-            ("base", meta.positions.get("base"), pending.positions.get("base")),
-            ("input positions", meta.positions.get("ranges"), pending.positions.get("ranges")),
+            ("base", meta.barrier.base, pending.barrier.base),
+            ("input positions", meta.barrier.ranges, pending.barrier.ranges),
             ("trigger time", meta.trigger_ms, pending.trigger_ms),
         )
         if ours != theirs
@@ -445,8 +445,7 @@ def _base_of(store: ObjectStore, layout: JobLayout, checkpoint_id: int) -> int |
         pending = documents.read(store, layout.pending(checkpoint_id), PendingRecord)
     except (ObjectNotFound, ManifestError):
         return None
-    base = pending.positions.get("base")
-    return base if isinstance(base, int) and not isinstance(base, bool) else None
+    return pending.barrier.base
 
 
 def _first_line(exc: BaseException) -> str:

@@ -87,10 +87,6 @@ _ID_RACE_RETRIES = 16
 _CAS_RETRIES = 16
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def continues(head: int | None, base: int | None) -> bool:
     """The chain rule: a checkpoint may complete only if its base is still the chain head."""
     return head == base
@@ -201,8 +197,8 @@ class CheckpointCoordinator:
         decision = self.decision(checkpoint_id) if checkpoint_id > 0 else None
         if decision is None or decision.outcome is not Outcome.COMPLETE:
             return None
-        base = self.pending_record(checkpoint_id).positions.get("base")
-        return ChainHead(checkpoint_id, decision.attempt, decision.decided_ms, _int_or_none(base))
+        base = self.pending_record(checkpoint_id).barrier.base
+        return ChainHead(checkpoint_id, decision.attempt, decision.decided_ms, base)
 
     def shutdown(self) -> None:
         self._shutdown = True
@@ -593,7 +589,7 @@ class CheckpointCoordinator:
         all is written: a zombie must not even abort, the holder may be retrying n). A savepoint
         commits nothing to the chain but is fenced the same way."""
         checkpoint_id = pending.checkpoint_id
-        base = _int_or_none(pending.positions.get("base"))
+        base = pending.barrier.base
         ours = ChainHead(checkpoint_id, attempt, completed_ms, None if restore else base)
         outcome: list[ChainHead | tuple[CheckpointFailureReason, str]] = []
 

@@ -96,7 +96,8 @@ class JobRecords:
                 continue
             if meta.properties.savepoint:
                 continue
-            imported = "restored_from" in meta.positions and meta.positions.get("base") is None
+            barrier = meta.barrier
+            imported = barrier.is_import and barrier.base is None
             found = (meta.generation + 1, meta.checkpoint_id) if imported else (meta.generation, 0)
             if newest is None or found[0] > newest[0] or (found[0] == newest[0] and found[1]):
                 newest = found

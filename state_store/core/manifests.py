@@ -20,6 +20,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from state_store.core.positions import BarrierPositions
 from state_store.core.properties import CheckpointProperties
 
 
@@ -127,6 +128,11 @@ class PendingRecord:
     declared_parallelism: int = 0
     """The job definition's parallelism when the epoch was triggered (see JobRecord)."""
 
+    @property
+    def barrier(self) -> BarrierPositions:
+        """``positions`` as a typed value (``state_store.core.positions``)."""
+        return BarrierPositions.of(self.positions, what=f"checkpoint {self.checkpoint_id} positions")
+
 
 @dataclass(frozen=True, slots=True)
 class AttemptRecord:
@@ -203,6 +209,11 @@ class CompletedMetadata:
     tasks: tuple[TaskSnapshot, ...]
     positions: dict[str, Any] = field(default_factory=dict)
     master_states: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def barrier(self) -> BarrierPositions:
+        """``positions`` as a typed value (``state_store.core.positions``)."""
+        return BarrierPositions.of(self.positions, what=f"checkpoint {self.checkpoint_id} positions")
 
     @property
     def handles(self) -> tuple[StateHandle, ...]:

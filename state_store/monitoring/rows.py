@@ -166,7 +166,7 @@ def checkpoint_row(
         return row, reads
     validation, detail, n = validation_of(store, layout, checkpoint_id, item)
     reads += n
-    restored = str(pending.positions.get("restored_from") or "")
+    restored = pending.barrier.restored_from or ""
     expected = len(pending.expected)
     common: dict[str, Any] = {
         "checkpoint_id": checkpoint_id,
