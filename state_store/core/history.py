@@ -44,62 +44,62 @@ def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummar
             if info.key.endswith("/_pending.json") and (i := layout.checkpoint_id_of(info.key)) is not None
         }
     )
-    rows = []
-    for i in ids:
-        try:
-            pending = documents.read(store, layout.pending(i), PendingRecord)
-            decision = documents.read_optional(store, layout.decision(i), DecisionRecord)
-            meta = documents.read_optional(store, layout.metadata(i), CompletedMetadata)
-        except (ManifestError, ObjectNotFound) as exc:
-            rows.append(
-                CheckpointSummary(i, CheckpointStatus.UNREADABLE, 0, None, 0, 0, 0, False, 0, str(exc))
-            )
-            continue
-        acks = {info.key for info in store.list(layout.acks_prefix(i))}
-        expected = len(pending.expected)
-        common = (pending.trigger_ms,)
-        if meta is not None:
-            rows.append(
-                CheckpointSummary(
-                    i,
-                    CheckpointStatus.COMPLETED,
-                    *common,
-                    meta.completed_ms,
-                    expected,
-                    expected,
-                    meta.state_size,
-                    meta.properties.savepoint,
-                    meta.generation,
-                )
-            )
-        elif decision is not None and decision.outcome is Outcome.ABORT:
-            rows.append(
-                CheckpointSummary(
-                    i,
-                    CheckpointStatus.ABORTED,
-                    *common,
-                    decision.decided_ms,
-                    min(len(acks), expected),
-                    expected,
-                    0,
-                    pending.properties.savepoint,
-                    pending.generation,
-                    f"{decision.reason}: {decision.message}",
-                )
-            )
-        else:
-            status = status_of(has_metadata=False, decided=decision is not None, aborted=False)
-            rows.append(
-                CheckpointSummary(
-                    i,
-                    status,
-                    *common,
-                    None,
-                    min(len(acks), expected),
-                    expected,
-                    0,
-                    pending.properties.savepoint,
-                    pending.generation,
-                )
-            )
-    return rows
+    return [_summary(store, layout, i) for i in ids]
+
+
+def checkpoint_summary(store: ObjectStore, job_id: str, checkpoint_id: int) -> CheckpointSummary | None:
+    """The summary of one checkpoint (None if it was never triggered or retention removed it): what
+    the Airflow trigger and sensor wait on, read as the history reads it."""
+    layout = JobLayout(job_id)
+    if store.head(layout.pending(checkpoint_id)) is None:
+        return None
+    return _summary(store, layout, checkpoint_id)
+
+
+def _summary(store: ObjectStore, layout: JobLayout, i: int) -> CheckpointSummary:
+    try:
+        pending = documents.read(store, layout.pending(i), PendingRecord)
+        decision = documents.read_optional(store, layout.decision(i), DecisionRecord)
+        meta = documents.read_optional(store, layout.metadata(i), CompletedMetadata)
+    except (ManifestError, ObjectNotFound) as exc:
+        return CheckpointSummary(i, CheckpointStatus.UNREADABLE, 0, None, 0, 0, 0, False, 0, str(exc))
+    acks = {info.key for info in store.list(layout.acks_prefix(i))}
+    expected = len(pending.expected)
+    common = (pending.trigger_ms,)
+    if meta is not None:
+        return CheckpointSummary(
+            i,
+            CheckpointStatus.COMPLETED,
+            *common,
+            meta.completed_ms,
+            expected,
+            expected,
+            meta.state_size,
+            meta.properties.savepoint,
+            meta.generation,
+        )
+    if decision is not None and decision.outcome is Outcome.ABORT:
+        return CheckpointSummary(
+            i,
+            CheckpointStatus.ABORTED,
+            *common,
+            decision.decided_ms,
+            min(len(acks), expected),
+            expected,
+            0,
+            pending.properties.savepoint,
+            pending.generation,
+            f"{decision.reason}: {decision.message}",
+        )
+    status = status_of(has_metadata=False, decided=decision is not None, aborted=False)
+    return CheckpointSummary(
+        i,
+        status,
+        *common,
+        None,
+        min(len(acks), expected),
+        expected,
+        0,
+        pending.properties.savepoint,
+        pending.generation,
+    )

@@ -14,6 +14,7 @@ from airflow.sdk.exceptions import AirflowException
 
 from epochal_airflow.hooks.store import EpochalStoreHook
 from epochal_airflow.triggers.checkpoint import CheckpointDecidedTrigger, checkpoint_status
+from state_store.core.status import CheckpointStatus
 
 
 class CheckpointSensor(BaseSensorOperator):
@@ -40,12 +41,11 @@ class CheckpointSensor(BaseSensorOperator):
         return hook.resolved_uri()
 
     def _check(self, status: dict[str, Any] | None) -> bool:
-        if status is None or status["status"] == "completing":
+        if status is None or status["status"] == CheckpointStatus.COMPLETING:
             return False
-        if status["status"] == "aborted":
-            raise AirflowException(
-                f"checkpoint {status['checkpoint_id']} of job {self.job_id} aborted: {status['reason']}"
-            )
+        if status["status"] != CheckpointStatus.COMPLETED:  # aborted, or its documents are unreadable
+            n, what, reason = status["checkpoint_id"], status["status"], status["reason"]
+            raise AirflowException(f"checkpoint {n} of job {self.job_id} {what}: {reason}")
         self.log.info(
             "epochal checkpoint_sensor: job=%s checkpoint_id=%s status=completed",
             self.job_id,

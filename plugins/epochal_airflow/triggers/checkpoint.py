@@ -1,8 +1,9 @@
 """A deferrable trigger that fires once checkpoint n of a job is decided (completed or aborted).
 
-It polls ``chk-n/_decision.json`` (and ``_metadata.json`` for a completed one) every
+It polls the checkpoint's status (``CheckpointStatus``, as the history and monitoring read it) every
 ``poll_interval`` seconds in the triggerer, off the event loop; the event carries
-``{"checkpoint_id", "status": "completed" | "aborted" | "completing", "reason"}``.
+``{"checkpoint_id", "status": "completed" | "aborted" | "unreadable", "reason"}`` (``completing`` is
+not an end: the trigger keeps waiting).
 """
 
 from __future__ import annotations
@@ -15,23 +16,16 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 
 
 def checkpoint_status(store_uri: str, job_id: str, checkpoint_id: int) -> dict[str, Any] | None:
-    """None while undecided; else the decision (blocking I/O: call from a thread)."""
-    from state_store.core import JobLayout, documents
-    from state_store.core.manifests import DecisionRecord, Outcome
+    """None while undecided; else the decision (blocking I/O: call from a thread). Read through the
+    job's one status model (``state_store.core.history.checkpoint_summary``)."""
+    from state_store.core import CheckpointStatus
+    from state_store.core.history import checkpoint_summary
     from state_store.storage import open_store
 
-    store, layout = open_store(store_uri), JobLayout(job_id)
-    decision = documents.read_optional(store, layout.decision(checkpoint_id), DecisionRecord)
-    if decision is None:
+    summary = checkpoint_summary(open_store(store_uri), job_id, checkpoint_id)
+    if summary is None or summary.status is CheckpointStatus.IN_PROGRESS:
         return None
-    if decision.outcome is Outcome.ABORT:
-        return {
-            "checkpoint_id": checkpoint_id,
-            "status": "aborted",
-            "reason": f"{decision.reason}: {decision.message}",
-        }
-    done = store.head(layout.metadata(checkpoint_id)) is not None
-    return {"checkpoint_id": checkpoint_id, "status": "completed" if done else "completing", "reason": ""}
+    return {"checkpoint_id": checkpoint_id, "status": str(summary.status), "reason": summary.reason}
 
 
 class CheckpointDecidedTrigger(BaseTrigger):

@@ -43,3 +43,32 @@ def test_trigger_and_sensor_report_completed_and_aborted_checkpoints(tmp_path: P
     assert ok.poke({}) is True
     classpath, kwargs = CheckpointDecidedTrigger(uri, "job", done, 1).serialize()
     assert classpath.endswith("CheckpointDecidedTrigger") and kwargs["checkpoint_id"] == done
+
+
+def test_trigger_and_sensor_read_the_one_status_model_completing_waits_unreadable_fails(
+    tmp_path: Path,
+) -> None:
+    from state_store.core import CheckpointStatus, JobLayout
+    from state_store.core.history import checkpoint_history
+
+    job = make_job(store=LocalObjectStore(tmp_path))
+    done = job.cycle()
+    uri = tmp_path.as_uri()
+    layout = JobLayout("job")
+    # decided COMPLETE, metadata not yet written: the trigger keeps waiting, the sensor says not yet
+    metadata = (tmp_path / layout.metadata(done)).read_bytes()
+    (tmp_path / layout.metadata(done)).unlink()
+    assert [r.status for r in checkpoint_history(LocalObjectStore(tmp_path), "job")] == [
+        CheckpointStatus.COMPLETING
+    ]
+    sensor = CheckpointSensor(task_id="wait", job_id="job", store_uri=uri, checkpoint_id=done)
+    assert sensor.poke({}) is False
+    (tmp_path / layout.metadata(done)).write_bytes(metadata)
+    assert sensor.poke({}) is True
+    # a damaged decision: reported as unreadable, never as completed
+    (tmp_path / layout.metadata(done)).unlink()
+    (tmp_path / layout.decision(done)).write_bytes(b'{"torn')
+    event = first_event(CheckpointDecidedTrigger(uri, "job", done, 0.01))
+    assert event["status"] == "unreadable" and "decision" in str(event["reason"]).lower()
+    with pytest.raises(AirflowException, match="unreadable"):
+        sensor.poke({})
