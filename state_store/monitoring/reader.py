@@ -58,6 +58,7 @@ from state_store.core.ports import ObjectNotFound, ObjectStore
 
 if TYPE_CHECKING:
     from state_store.monitoring.archive import ArchiveView
+from state_store.core.history import incremental_bytes
 from state_store.monitoring.model import (
     STATUSES,
     CheckpointDetail,
@@ -72,7 +73,6 @@ from state_store.monitoring.model import (
 from state_store.monitoring.rows import (
     Listing,
     checkpoint_row,
-    incremental_bytes,
     list_checkpoints,
     relist,
 )

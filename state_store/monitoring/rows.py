@@ -1,29 +1,23 @@
 """One checkpoint folder as a history row: what its listing shows (:class:`Listing`) and the row
-its documents give (:func:`checkpoint_row`). The one place that turns a checkpoint's protocol
-documents into monitoring's words (status, reason, sizes, validation); the reader and the history
-archive both build their rows here. Reads only; nothing is written.
+of the core read model's summary (``state_store.core.history.summarize``) plus the validation
+column (:func:`checkpoint_row`); the reader and the history archive both build their rows here.
+Reads only; nothing is written.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from state_store.core import documents
 from state_store.core.codec import ManifestError
+from state_store.core.history import ack_attempt, summarize
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import (
-    CompletedMetadata,
-    DecisionRecord,
-    Outcome,
-    PendingRecord,
     QuarantineRecord,
-    TaskSnapshot,
 )
 from state_store.core.ports import ObjectNotFound, ObjectStore
-from state_store.core.status import CheckpointStatus, status_of
+from state_store.core.status import CheckpointStatus
 from state_store.monitoring.model import CheckpointRow
 
 DOCS = ("_pending.json", "_decision.json", "_metadata.json", "_validation.json", "_quarantined.json")
@@ -87,27 +81,11 @@ def list_checkpoints(store: ObjectStore, layout: JobLayout, within: str | None =
             item = out[checkpoint_id] = Listing()
         if name in DOCS:
             item.docs[name] = info.version
-        elif name.startswith("acks/") and "-a" in name:
-            attempt = name.rsplit("-a", 1)[1].removesuffix(".json")
-            if attempt.isdigit():
-                item.acks[int(attempt)] = item.acks.get(int(attempt), 0) + 1
+        elif name.startswith("acks/") and (attempt := ack_attempt(name)) is not None:
+            item.acks[attempt] = item.acks.get(attempt, 0) + 1
         elif name.startswith("attempts/"):
             out[checkpoint_id] = Listing(item.docs, item.acks, item.attempts + 1)
     return dict(sorted(out.items()))
-
-
-def incremental_bytes(layout: JobLayout, task: TaskSnapshot) -> int:
-    """Bytes this task uploaded for the checkpoint: its ``bytes_written`` metric, else the size of
-    the files it references outside ``shared/`` (those are exclusive to this checkpoint)."""
-    written = task.metrics.get("bytes_written")
-    if isinstance(written, int) and not isinstance(written, bool):
-        return written
-    return sum(h.size for h in task.handles if not h.key.startswith(layout.shared_prefix))
-
-
-def alignment_ms(metrics: Sequence[dict[str, Any]]) -> int | None:
-    values = [int(m["alignment_ms"]) for m in metrics if isinstance(m.get("alignment_ms"), int | float)]
-    return max(values) if values else None
 
 
 def validation_of(
@@ -135,80 +113,31 @@ def validation_of(
 def checkpoint_row(
     store: ObjectStore, layout: JobLayout, checkpoint_id: int, item: Listing
 ) -> tuple[CheckpointRow, int]:
-    """Build one history row; returns the row and how many documents were read."""
-    reads = 1
-    try:
-        pending = documents.read(store, layout.pending(checkpoint_id), PendingRecord)
-        meta = decision = None
-        if "_metadata.json" in item.docs:
-            meta = documents.read(store, layout.metadata(checkpoint_id), CompletedMetadata)
-            reads += 1
-        elif "_decision.json" in item.docs:
-            decision = documents.read(store, layout.decision(checkpoint_id), DecisionRecord)
-            reads += 1
-    except (ManifestError, ObjectNotFound) as exc:
-        row = CheckpointRow(
-            checkpoint_id,
-            CheckpointStatus.UNREADABLE.label(),
-            0,
-            None,
-            0,
-            0,
-            0,
-            0,
-            None,
-            False,
-            0,
-            "",
-            "not_run",
-            reason=str(exc),
-        )
-        return row, reads
-    validation, detail, n = validation_of(store, layout, checkpoint_id, item)
-    reads += n
-    restored = pending.barrier.restored_from or ""
-    expected = len(pending.expected)
-    common: dict[str, Any] = {
-        "checkpoint_id": checkpoint_id,
-        "trigger_ms": pending.trigger_ms,
-        "expected": expected,
-        "savepoint": pending.properties.savepoint,
-        "generation": pending.generation,
-        "run_id": pending.request_id,
-        "validation": validation,
-        "validation_detail": detail,
-        "restored_from": restored,
-    }
-    if meta is not None:
-        return (
-            CheckpointRow(
-                status=CheckpointStatus.COMPLETED.label(),
-                end_ms=meta.completed_ms,
-                acked=len(meta.tasks),
-                state_size=meta.state_size,
-                incremental_size=sum(incremental_bytes(layout, t) for t in meta.tasks),
-                alignment_ms=alignment_ms([t.metrics for t in meta.tasks]),
-                **common,
-            ),
-            reads,
-        )
-    acked = min(item.acks.get(max(item.acks, default=0), 0), expected)
-    if decision is not None and decision.outcome is Outcome.ABORT:
-        return (
-            CheckpointRow(
-                status=CheckpointStatus.ABORTED.label(),
-                end_ms=decision.decided_ms,
-                acked=acked,
-                state_size=0,
-                incremental_size=0,
-                alignment_ms=None,
-                reason=f"{decision.reason}: {decision.message}".rstrip(": "),
-                **common,
-            ),
-            reads,
-        )
-    status = status_of(has_metadata=False, decided=decision is not None, aborted=False).label()
+    """One history row: the core read model's summary (``state_store.core.history.summarize``, fed
+    with what the listing showed) plus the validation column; returns the row and how many
+    documents were read."""
+    summary, reads = summarize(store, layout, checkpoint_id, present=item.docs, acks_by_attempt=item.acks)
+    if summary.status is CheckpointStatus.UNREADABLE:
+        validation, detail = "not_run", ""
+    else:
+        validation, detail, n = validation_of(store, layout, checkpoint_id, item)
+        reads += n
     row = CheckpointRow(
-        status=status, end_ms=None, acked=acked, state_size=0, incremental_size=0, alignment_ms=None, **common
+        checkpoint_id=checkpoint_id,
+        status=summary.status.label(),
+        trigger_ms=summary.trigger_ms,
+        end_ms=summary.end_ms,
+        acked=summary.acked,
+        expected=summary.expected,
+        state_size=summary.state_bytes,
+        incremental_size=summary.incremental_bytes,
+        alignment_ms=summary.alignment_ms,
+        savepoint=summary.savepoint,
+        generation=summary.generation,
+        run_id=summary.run_id,
+        validation=validation,
+        validation_detail=detail,
+        reason=summary.reason,
+        restored_from=summary.restored_from,
     )
     return row, reads

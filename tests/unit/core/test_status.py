@@ -74,3 +74,43 @@ def _fields(record: DecisionRecord) -> dict[str, object]:
     import dataclasses
 
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(record)}
+
+
+def test_a_listing_fed_summary_equals_a_read_one_for_every_status() -> None:
+    """Monitoring feeds ``summarize`` with what its listing showed; the CLI and the trigger let it
+    read: both give the same summary, for completed, aborted, completing and in-progress folders."""
+    from spark_jobs.jobs.loading import load_job
+    from spark_jobs.runtime.cycle import trigger_epoch
+    from state_store.core.history import summarize
+    from state_store.monitoring.rows import list_checkpoints
+
+    uri = "memory://status-model-listing"
+    job = load_job("clickstream")
+    clock = ManualClock(1_700_000_000_000)
+    for _ in range(3):
+        clock.advance(5_000)
+        assert run_cycle(job, uri, clock, executor="local").status == CheckpointStatus.COMPLETED
+    store = open_store(uri)
+    layout = JobLayout(job.job_id)
+    clock.advance(5_000)
+    assert trigger_epoch(job, store, clock, request_id="open") is not None  # 4: in progress
+    decision = documents.read(store, layout.decision(2), DecisionRecord)
+    store.delete(layout.metadata(2))  # decided COMPLETE, metadata not yet written
+    store.delete(layout.metadata(3))
+    store.put(
+        layout.decision(3),
+        documents.encode(DecisionRecord(**{**_fields(decision), "outcome": Outcome.ABORT})),
+    )
+    listed = list_checkpoints(store, layout)
+    statuses = {}
+    for i, item in listed.items():
+        fed, _ = summarize(store, layout, i, present=item.docs, acks_by_attempt=item.acks)
+        read, _ = summarize(store, layout, i)
+        assert fed == read, i
+        statuses[i] = fed.status
+    assert statuses == {
+        1: CheckpointStatus.COMPLETED,
+        2: CheckpointStatus.COMPLETING,
+        3: CheckpointStatus.ABORTED,
+        4: CheckpointStatus.IN_PROGRESS,
+    }
