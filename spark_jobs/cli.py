@@ -484,6 +484,7 @@ def _cmd_diff(args: argparse.Namespace) -> int:
 def _cmd_restore(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
     from spark_jobs.lifecycle.restore import RestoreRequest, restore, roots_from_text
+    from spark_jobs.lifecycle.restore_render import render_plan
 
     _check_time_step(args)
     job = load_job(args.job_ref)
@@ -511,7 +512,7 @@ def _cmd_restore(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"plan": report.plan.to_json(), "checkpoint_id": report.checkpoint_id}))
     else:
-        print(report.plan.render_table())
+        print(render_plan(report.plan))
         print(
             "dry run: nothing was changed"
             if args.dry_run

@@ -5,7 +5,7 @@ caller holds the job's lease for steps 3-6):
 
 1. read and verify the snapshot (a completed checkpoint of this job, or a savepoint folder at any
    location -- refused if it belongs to another job, unless ``allow_foreign``);
-2. plan (pure, ``state_store.core.restore_plan``): uid matches and renames, new operators,
+2. plan (pure, ``state_store.core.restore``): uid matches and renames, new operators,
    dropped state (refused unless ``allow_non_restored_state``), parallelism change, state kind and
    schema compatibility; ``dry_run`` stops here and returns the plan. A job whose latest
    checkpoint does not verify is refused here too, unless ``force`` (then step 5 retracts);
@@ -49,7 +49,7 @@ from state_store.core.manifests import AckRecord, JobRecord, StateHandle, TaskId
 from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
-from state_store.core.restore_plan import (
+from state_store.core.restore import (
     JobShape,
     OperatorShape,
     RestoreOptions,

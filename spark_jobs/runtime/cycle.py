@@ -141,7 +141,8 @@ def effective_parallelism(job: Job, record: JobRecord | None) -> Parallelism:
 def rescale_plan(job: Job, parallelism: Parallelism, checkpoint_id: int | None) -> str:
     """The restore plan of a rescale by definition (the same table a restore prints)."""
     from spark_jobs.lifecycle.restore import job_shape
-    from state_store.core.restore_plan import RestoreOptions, SnapshotShape, plan_restore
+    from spark_jobs.lifecycle.restore_render import render_plan
+    from state_store.core.restore import RestoreOptions, SnapshotShape, plan_restore
 
     before = job_shape(with_parallelism(job, parallelism.recorded))
     snapshot = SnapshotShape(
@@ -153,7 +154,7 @@ def rescale_plan(job: Job, parallelism: Parallelism, checkpoint_id: int | None) 
         before.operators,
     )
     plan = plan_restore(job_shape(with_parallelism(job, parallelism.effective)), snapshot, RestoreOptions())
-    return plan.render_table()
+    return render_plan(plan)
 
 
 def sink_specs(job: Job) -> dict[str, Any]:

@@ -123,6 +123,20 @@ def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:
         raise ManifestError(f"{kind} document {key!r} has an invalid body ({exc}); {_REMEDY}") from None
 
 
+def from_jsonable(cls: type[T], value: Any, *, what: str) -> T:
+    """Decode a plain JSON value (as :func:`to_jsonable` writes it, no envelope) into ``cls``.
+
+    The reflective decoder of :func:`decode_document` (field types: module docstring): a missing or
+    mistyped field, or a value that ``cls`` refuses (a ``ValueError`` from ``__post_init__``), raises
+    a one-line :class:`ManifestError` naming ``what``.
+    """
+    try:
+        record: T = _decode(cls, value)
+        return record
+    except (TypeError, ValueError, KeyError) as exc:
+        raise ManifestError(f"{what} is invalid ({exc}); {_REMEDY}") from None
+
+
 @functools.cache
 def _fields(tp: type) -> tuple[dataclasses.Field[Any], ...]:
     """``dataclasses.fields(tp)``, cached (it rebuilds its tuple on every call: hot in decoding)."""

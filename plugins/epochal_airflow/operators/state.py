@@ -83,6 +83,7 @@ class RestoreOperator(EpochalOperator):
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.lifecycle.restore import RestoreRequest, restore
+        from spark_jobs.lifecycle.restore_render import render_plan
 
         uid_map = self.uid_map if isinstance(self.uid_map, dict) else json.loads(self.uid_map or "{}")
         parallelism = int(self.parallelism) if self.parallelism not in (None, "", "None") else None
@@ -104,7 +105,7 @@ class RestoreOperator(EpochalOperator):
             lease_token=rt.token,
             kill=rt.kill,
         )
-        self.log.info("epochal restore plan:\n%s", report.plan.render_table())
+        self.log.info("epochal restore plan:\n%s", render_plan(report.plan))
         if not report.plan.ok:
             raise AirflowException(f"restore refused: {report.plan.refusals[0]}")
         return self.summary(

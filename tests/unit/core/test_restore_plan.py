@@ -1,4 +1,5 @@
-"""Restore planning (Flink savepoint restore rules): uid matching, rescaling, compatibility, refusals."""
+"""Restore planning (Flink savepoint restore rules): uid matching, rescaling, compatibility, refusals;
+the plan's JSON (through the codec) and its table (``spark_jobs.lifecycle.restore_render``)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from spark_jobs.lifecycle.restore_render import render_plan
+from state_store.core.codec import ManifestError, from_jsonable, to_jsonable
 from state_store.core.keygroups import subtask_for_key_group
-from state_store.core.restore_plan import (
+from state_store.core.restore import (
     CLAIM_MODES,
     FieldType,
     JobShape,
@@ -20,6 +23,7 @@ from state_store.core.restore_plan import (
     RestorePlanError,
     SnapshotShape,
     key_group_assignment,
+    plan_from_json,
     plan_restore,
 )
 
@@ -176,10 +180,11 @@ def test_rescaling_assigns_key_group_ranges_and_the_old_subtasks_to_read(
     assert p.ok
     row = p.row("counter")
     assert (row.action, row.old_parallelism, row.new_parallelism) == ("rescale", old_p, new_p)
-    got = [((a.key_groups.first, a.key_groups.last), a.old_subtasks) for a in row.subtasks]
+    got = [((a.key_group_range.first, a.key_group_range.last), a.old_subtasks) for a in row.subtasks]
     assert got == expected
+    assert [a.key_groups for a in row.subtasks] == [groups for groups, _ in expected]  # (first, last)
     assert [a.subtask for a in row.subtasks] == list(range(new_p))
-    covered = [g for a in row.subtasks for g in a.key_groups]
+    covered = [g for a in row.subtasks for g in a.key_group_range]
     assert covered == list(range(MAX_P))  # every key group exactly once, in order
 
 
@@ -384,34 +389,47 @@ def test_json_round_trips_for_plan_and_inputs() -> None:
     doc = json.loads(json.dumps(p.to_json()))
     assert doc["format_version"] == 1 and doc["ok"] is False
     assert doc["operators"][1]["subtasks"][0] == {"subtask": 0, "key_groups": [0, 63], "old_subtasks": [0, 1]}
-    assert RestorePlan.from_json(doc) == p
+    assert plan_from_json(doc) == p
 
     j = job(op("c", 4, COUNTER, value_schemas={"count": SCHEMA}), op("m", 1))
     s = snap(op("c", 4, COUNTER), op("src", 2, {"o": "union_list"}))
     o = RestoreOptions(True, {"c": "c"}, 3, "CLAIM", True)
-    assert JobShape.from_json(json.loads(json.dumps(j.to_json()))) == j
-    assert SnapshotShape.from_json(json.loads(json.dumps(s.to_json()))) == s
-    assert RestoreOptions.from_json(json.loads(json.dumps(o.to_json()))) == o
-    assert RestoreOptions.from_json({}) == RestoreOptions()
+    assert from_jsonable(JobShape, json.loads(json.dumps(to_jsonable(j))), what="job") == j
+    assert from_jsonable(SnapshotShape, json.loads(json.dumps(to_jsonable(s))), what="snapshot") == s
+    assert from_jsonable(RestoreOptions, json.loads(json.dumps(to_jsonable(o))), what="options") == o
+    assert from_jsonable(RestoreOptions, {}, what="options") == RestoreOptions()
 
 
 @pytest.mark.parametrize(
-    "doc",
+    ("doc", "problem"),
     [
-        {"job_id": "j", "max_parallelism": "8", "operators": []},
-        {"job_id": "j", "max_parallelism": 8},
-        {"job_id": "j", "max_parallelism": 8, "operators": [{"uid": "a", "stateful": 1}]},
-        [],
+        ({"job_id": "j", "max_parallelism": "8", "operators": []}, "expected int, got '8'"),
+        ({"job_id": "j", "max_parallelism": 8}, "missing field 'operators'"),
+        (
+            {"job_id": "j", "max_parallelism": 8, "operators": [{"uid": "a", "stateful": 1}]},
+            "expected bool, got 1",
+        ),
+        ([], "expected an object for JobShape, got list"),
+        (
+            {
+                "job_id": "j",
+                "max_parallelism": 8,
+                "operators": [{"uid": "a", "stateful": True, "keyed": True, "parallelism": 0}],
+            },
+            "operator 'a': parallelism must be a positive int",
+        ),
     ],
 )
-def test_bad_json_raises_naming_the_field(doc: Any) -> None:
-    with pytest.raises(RestorePlanError):
-        JobShape.from_json(doc)
+def test_bad_json_raises_one_line_naming_the_problem(doc: Any, problem: str) -> None:
+    with pytest.raises(ManifestError) as err:
+        from_jsonable(JobShape, doc, what="job")
+    message = str(err.value)
+    assert message.startswith("job is invalid (") and problem in message and "\n" not in message
 
 
 def test_table_shows_every_uid_action_and_refusal() -> None:
     p = messy_plan()
-    table = p.render_table()
+    table = render_plan(p)
     for row in p.rows:
         assert row.uid in table and row.action in table
     assert {r.action for r in p.rows} == {"rescale", "new", "stateless", "dropped", "removed"}
@@ -425,7 +443,7 @@ def test_table_shows_every_uid_action_and_refusal() -> None:
 
 def test_table_caps_long_subtask_lists() -> None:
     p = plan(job(op("c", 64, COUNTER)), snap(op("c", 4, COUNTER)))
-    table = p.render_table()
+    table = render_plan(p)
     assert "subtask 15:" in table and "subtask 16:" not in table and "48 more subtasks" in table
     assert table.splitlines()[-2].startswith("OK")
 
@@ -438,8 +456,8 @@ def test_planned_ranges_partition_key_groups_and_list_every_old_owner(mpp: tuple
     assert p.ok
     assignments = p.row("c").subtasks
     assert assignments == key_group_assignment(max_p, p_old, p_new)
-    assert [g for a in assignments for g in a.key_groups] == list(range(max_p))
+    assert [g for a in assignments for g in a.key_group_range] == list(range(max_p))
     for new_subtask, a in enumerate(assignments):
         assert a.subtask == new_subtask
-        owners = {subtask_for_key_group(max_p, p_old, g) for g in a.key_groups}
+        owners = {subtask_for_key_group(max_p, p_old, g) for g in a.key_group_range}
         assert set(a.old_subtasks) == owners  # every old owner listed, and nothing else

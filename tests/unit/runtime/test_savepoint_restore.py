@@ -15,10 +15,11 @@ from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Count, TumblingEventTimeWindows
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.restore_render import render_plan
 from spark_jobs.lifecycle.snapshots import SnapshotError, read_savepoint
 from spark_jobs.runtime.cycle import take_savepoint
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
-from state_store.core.restore_plan import RestorePlanError
+from state_store.core.restore import RestorePlanError
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, final_state, new_clock, small_job
 
 
@@ -130,7 +131,7 @@ def test_restore_matrix(savepoint, tmp_path: Path) -> None:  # type: ignore[no-u
     # dry run: a plan and no writes; NO_CLAIM: the savepoint folder is byte-for-byte untouched
     target = tmp_path / "dry"
     report = restore(small_job(), target.as_uri(), new_clock(), RestoreRequest(source=location, dry_run=True))
-    assert report.checkpoint_id is None and "dedup" in report.plan.render_table()
+    assert report.checkpoint_id is None and "dedup" in render_plan(report.plan)
     assert not target.exists() or not any(
         p.is_file() for p in target.rglob("*") if ".epochal-internal" not in p.parts
     )
