@@ -21,6 +21,7 @@ from bench.gen import EventSpec, epoch_events
 from spark_jobs.api.job import Job
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.operators.base import OperatorContext
+from spark_jobs.runtime.operators.build import OperatorSite, build_operator
 from spark_jobs.runtime.operators.window import WindowOperator
 from spark_jobs.runtime.state_io import read_operator_restore
 from state_store.core import JobLayout, load_completed
@@ -94,8 +95,9 @@ def floor_and_restore(store_uri: str, job: Job, uid: str = "windows", *, heap: b
 def _window_operator(job: Job, uid: str) -> WindowOperator:
     """The job's window operator as a subtask builds it."""
     step = next(s for s in job.graph.steps if s.uid == uid)
-    spec = step.spec
-    return WindowOperator(uid, "user_id", spec["assigner"], spec["aggregate"], spec["allowed_lateness_ms"])
+    operator = build_operator(step.spec, OperatorSite(uid, "user_id"))
+    assert isinstance(operator, WindowOperator)
+    return operator
 
 
 def peer_restart(

@@ -55,7 +55,9 @@ def source_asset(job: Any, source: Any) -> Asset:
 
 def source_assets(job: Any) -> AssetAny:
     """The epoch DAG's data-aware schedule: new input on *any* source makes an epoch runnable."""
-    return AssetAny(*(source_asset(job, step.spec["source"]) for step in job.graph.sources))
+    from spark_jobs.api.specs import SourceSpec
+
+    return AssetAny(*(source_asset(job, spec.source) for _, spec in job.graph.steps_of(SourceSpec)))
 
 
 def run_epoch_task(settings: EpochalSettings, common: dict[str, Any]) -> Any:

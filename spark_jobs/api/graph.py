@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
+from spark_jobs.api.specs import ConnectSpec, KeyBySpec, SideOutput, SinkSpec, SourceSpec, StepSpec
 from state_store.core.layout import InvalidNameError, validate_name
+
+S = TypeVar("S", bound=StepSpec)
 
 
 class JobDefinitionError(ValueError):
@@ -28,18 +31,34 @@ class JobDefinitionError(ValueError):
 
 @dataclass
 class Step:
-    """One node of the graph. ``kind`` selects the runtime operator; ``spec`` holds its arguments."""
+    """One node of the graph. ``spec`` says what it is (``spark_jobs.api.specs``, one frozen type
+    per kind); ``kind``, ``stateful`` and ``keyed`` are the spec's, never set on the step."""
 
-    kind: str
     name: str
-    spec: dict[str, Any] = field(default_factory=dict)
+    spec: StepSpec
     uid: str | None = None
     inputs: list[Step] = field(default_factory=list)
-    stateful: bool = False
-    keyed: bool = False
+
+    @property
+    def kind(self) -> str:
+        return self.spec.kind
 
     def describe(self) -> str:
         return f"{self.kind} step {self.name!r}" + (f" (uid {self.uid!r})" if self.uid else "")
+
+    @property
+    def stateful(self) -> bool:
+        """The step has a uid and acknowledges every checkpoint (sources, sinks, keyed steps)."""
+        return self.spec.stateful
+
+    def side_outputs(self) -> tuple[SideOutput, ...]:
+        """The step's outputs routed to sinks of their own (a window's late data)."""
+        return self.spec.side_outputs(self.uid or self.name)
+
+    @property
+    def keyed(self) -> bool:
+        """The step needs keyed input: a key_by (or connect) before it in its stage."""
+        return self.spec.keyed
 
 
 @dataclass
@@ -57,6 +76,14 @@ class Stage:
     def stateful_uids(self) -> list[str]:
         return [s.uid for s in self.steps if s.stateful and s.uid]
 
+    @property
+    def source_spec(self) -> SourceSpec:
+        """The source a source stage reads (its first step)."""
+        spec = self.steps[0].spec
+        if not isinstance(spec, SourceSpec):
+            raise ValueError(f"stage {self.index} starts with {self.steps[0].describe()}, not a source")
+        return spec
+
 
 @dataclass
 class JobGraph:
@@ -66,19 +93,26 @@ class JobGraph:
         self.steps.append(step)
         return step
 
+    def steps_of(self, spec_type: type[S]) -> list[tuple[Step, S]]:
+        """The steps whose spec is a ``spec_type``, each with its spec (typed)."""
+        found: list[tuple[Step, S]] = []
+        for step in self.steps:
+            if isinstance(step.spec, spec_type):
+                found.append((step, step.spec))
+        return found
+
     @property
     def sources(self) -> list[Step]:
-        return [s for s in self.steps if s.kind == "source"]
+        return [step for step, _ in self.steps_of(SourceSpec)]
 
     @property
     def sinks(self) -> list[Step]:
-        return [s for s in self.steps if s.kind == "sink"]
+        return [step for step, _ in self.steps_of(SinkSpec)]
 
     def validate(self) -> None:
         seen: dict[str, Step] = {}
         for step in self.steps:
-            needs_uid = step.stateful or step.kind in ("source", "sink")
-            if needs_uid and not step.uid:
+            if step.stateful and not step.uid:
                 raise JobDefinitionError(
                     f"{step.describe()} is stateful and has no uid: pass uid='...' so its state "
                     "survives upgrades and restores"
@@ -105,22 +139,22 @@ class JobGraph:
         stage_of: dict[int, Stage] = {}
         stages: list[Stage] = []
         for step in self.steps:
-            if step.kind == "source":
+            spec = step.spec
+            if isinstance(spec, SourceSpec):
                 stage = Stage(len(stages), None, [step], [])
                 stages.append(stage)
-            elif step.kind == "key_by":
+            elif isinstance(spec, KeyBySpec):
                 upstream = [stage_of[id(step.inputs[0])].index]
-                stage = Stage(len(stages), step.spec["key"], [step], upstream, [step.spec["key"]])
+                stage = Stage(len(stages), spec.key, [step], upstream, [spec.key])
                 stages.append(stage)
-            elif step.kind == "connect":
+            elif isinstance(spec, ConnectSpec):
                 upstream = [stage_of[id(i)].index for i in step.inputs]
                 if len(set(upstream)) != len(upstream):
                     raise JobDefinitionError(
                         f"{step.describe()} connects two streams of the same stage: connect streams that "
                         "come from different sources or key_by steps"
                     )
-                keys = step.spec["keys"]
-                stage = Stage(len(stages), keys[0], [step], upstream, list(keys))
+                stage = Stage(len(stages), spec.keys[0], [step], upstream, list(spec.keys))
                 stages.append(stage)
             else:
                 (parent,) = step.inputs

@@ -21,6 +21,19 @@ from typing import Any
 import pyarrow as pa
 
 from spark_jobs.api.graph import JobDefinitionError, JobGraph, Step
+from spark_jobs.api.specs import (
+    AsyncSpec,
+    ConnectSpec,
+    DedupSpec,
+    FilterSpec,
+    KeyBySpec,
+    MapSpec,
+    ProcessSpec,
+    SinkSpec,
+    SourceSpec,
+    StepSpec,
+    WindowSpec,
+)
 from state_store.core.config import CheckpointConfig
 from state_store.core.keygroups import check_max_parallelism, check_parallelism
 from state_store.core.layout import validate_name
@@ -95,14 +108,8 @@ class Job:
         idleness_ms: int | None = None,
     ) -> DataStream:
         """Read a replayable source; watermarks = max event time - out_of_orderness - 1 per partition."""
-        step = Step(
-            "source",
-            uid,
-            {"source": source, "out_of_orderness_ms": out_of_orderness_ms, "idleness_ms": idleness_ms},
-            uid=uid,
-            stateful=True,
-        )
-        return DataStream(self, self.graph.add(step))
+        spec = SourceSpec(source, out_of_orderness_ms, idleness_ms)
+        return DataStream(self, self.graph.add(Step(uid, spec, uid=uid)))
 
 
 @dataclass
@@ -110,17 +117,17 @@ class DataStream:
     job: Job
     step: Step
 
-    def _then(self, kind: str, name: str, spec: dict[str, Any], **flags: Any) -> Step:
-        return self.job.graph.add(Step(kind, name, spec, inputs=[self.step], **flags))
+    def _then(self, name: str, spec: StepSpec, uid: str | None = None) -> Step:
+        return self.job.graph.add(Step(name, spec, uid=uid, inputs=[self.step]))
 
     def map(self, fn: BatchFn, *, name: str = "map") -> DataStream:
-        return DataStream(self.job, self._then("map", name, {"fn": fn}))
+        return DataStream(self.job, self._then(name, MapSpec(fn)))
 
     def flat_map(self, fn: BatchFn, *, name: str = "flat_map") -> DataStream:
-        return DataStream(self.job, self._then("map", name, {"fn": fn}))
+        return DataStream(self.job, self._then(name, MapSpec(fn)))
 
     def filter(self, fn: MaskFn, *, name: str = "filter") -> DataStream:
-        return DataStream(self.job, self._then("filter", name, {"fn": fn}))
+        return DataStream(self.job, self._then(name, FilterSpec(fn)))
 
     def async_enrich(
         self,
@@ -135,30 +142,29 @@ class DataStream:
         """Call ``async def fn(row) -> row | None`` per record with bounded concurrency (Flink's
         async I/O); ``ordered`` keeps input order, else results leave as they complete (never
         across a watermark). Timeouts go to the ``async-timeout`` side output or fail the epoch."""
-        spec = {
-            "fn": fn,
-            "ordered": ordered,
-            "capacity": capacity,
-            "timeout_ms": timeout_ms,
-            "on_timeout": on_timeout,
-        }
-        return DataStream(self.job, self._then("async", name, spec))
+        spec = AsyncSpec(fn, ordered, capacity, timeout_ms, on_timeout)
+        return DataStream(self.job, self._then(name, spec))
 
     def key_by(self, key: KeySpec, *, name: str | None = None) -> KeyedStream:
         label = name or (key if isinstance(key, str) else "key_by")
-        return KeyedStream(self.job, self._then("key_by", f"key_by({label})", {"key": key}))
+        return KeyedStream(self.job, self._then(f"key_by({label})", KeyBySpec(key)))
 
     def sink(self, sink: Any, *, uid: str) -> None:
-        self._then("sink", uid, {"sink": sink}, uid=uid, stateful=True)
+        self._then(uid, SinkSpec(sink), uid)
 
 
 @dataclass
 class KeyedStream(DataStream):
+    @property
+    def key_spec(self) -> KeyBySpec:
+        """The key_by step this stream starts with."""
+        spec = self.step.spec
+        assert isinstance(spec, KeyBySpec), "a KeyedStream starts with its key_by step"
+        return spec
+
     def process(self, fn: Any, *, uid: str) -> DataStream:
         """Run a KeyedProcessFunction (keyed state + timers) per key group."""
-        return DataStream(
-            self.job, self._then("process", uid, {"fn": fn}, uid=uid, stateful=True, keyed=True)
-        )
+        return DataStream(self.job, self._then(uid, ProcessSpec(fn), uid))
 
     def window(
         self,
@@ -171,13 +177,8 @@ class KeyedStream(DataStream):
     ) -> DataStream:
         """Event-time windows with an incremental aggregate; records later than the watermark plus
         ``allowed_lateness_ms`` go to ``late_output`` (a sink) or are counted and dropped."""
-        spec = {
-            "assigner": assigner,
-            "aggregate": aggregate,
-            "allowed_lateness_ms": allowed_lateness_ms,
-            "late_output": late_output,
-        }
-        return DataStream(self.job, self._then("window", uid, spec, uid=uid, stateful=True, keyed=True))
+        spec = WindowSpec(assigner, aggregate, allowed_lateness_ms, late_output)
+        return DataStream(self.job, self._then(uid, spec, uid))
 
     def connect(self, other: KeyedStream) -> ConnectedStreams:
         """Two keyed streams whose keys share one domain, processed together by a
@@ -188,9 +189,7 @@ class KeyedStream(DataStream):
 
     def deduplicate(self, *, ttl_ms: int, uid: str) -> DataStream:
         """Keep the first record per key; a key is forgotten ``ttl_ms`` after it was first seen."""
-        return DataStream(
-            self.job, self._then("dedup", uid, {"ttl_ms": ttl_ms}, uid=uid, stateful=True, keyed=True)
-        )
+        return DataStream(self.job, self._then(uid, DedupSpec(ttl_ms), uid))
 
 
 @dataclass
@@ -205,11 +204,8 @@ class ConnectedStreams:
                 f"connect step {uid!r}: unaligned checkpoints of two-input steps are not supported yet; "
                 "use mode='exactly_once' or 'at_least_once'"
             )
-        keys = [self.first.step.spec["key"], self.second.step.spec["key"]]
+        keys = (self.first.key_spec.key, self.second.key_spec.key)
         inputs = [self.first.step.inputs[0], self.second.step.inputs[0]]
         graph.steps.remove(self.first.step)  # the exchange is the connect step itself
         graph.steps.remove(self.second.step)
-        step = Step(
-            "connect", uid, {"keys": keys, "fn": fn}, uid=uid, inputs=inputs, stateful=True, keyed=True
-        )
-        return DataStream(job, graph.add(step))
+        return DataStream(job, graph.add(Step(uid, ConnectSpec(keys, fn), uid=uid, inputs=inputs)))

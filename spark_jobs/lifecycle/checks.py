@@ -15,6 +15,7 @@ from typing import Any
 import pandas as pd
 
 from spark_jobs.api.job import Job
+from spark_jobs.api.specs import SourceSpec, WindowSpec
 from spark_jobs.lifecycle.snapshots import Snapshot, from_checkpoint
 from spark_jobs.runtime.cycle import sink_specs
 from spark_jobs.sinks import read_committed
@@ -76,7 +77,7 @@ def timers_frame(snapshot: Snapshot) -> pd.DataFrame:
 def watermarks(job: Job, snapshot: Snapshot) -> dict[str, int] | None:
     """The lowest watermark any operator can have seen (min over source partitions of
     max_ts - out_of_orderness - 1), less each window's allowed lateness."""
-    bounds = {s.uid: int(s.spec.get("out_of_orderness_ms") or 0) for s in job.graph.sources}
+    bounds = {step.uid: spec.watermark_lag_ms for step, spec in job.graph.steps_of(SourceSpec)}
     marks = [
         int(e["max_ts"]) - bounds.get(uid, 0) - 1
         for uid, entries in snapshot.sources.items()
@@ -86,9 +87,7 @@ def watermarks(job: Job, snapshot: Snapshot) -> dict[str, int] | None:
     if not marks or any(e.get("max_ts") is None for entries in snapshot.sources.values() for e in entries):
         return None
     low = min(marks)
-    lateness = {
-        s.uid: int(s.spec.get("allowed_lateness_ms") or 0) for s in job.graph.steps if s.kind == "window"
-    }
+    lateness = {step.uid: int(spec.allowed_lateness_ms or 0) for step, spec in job.graph.steps_of(WindowSpec)}
     return {uid: low - lateness.get(uid, 0) for uid in snapshot.operators}
 
 

@@ -32,9 +32,8 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
-from spark_jobs.api.graph import Step
 from spark_jobs.api.job import Job
-from spark_jobs.api.windows import EventTimeSessionWindows
+from spark_jobs.api.specs import SOURCE_STATE, SourceSpec
 from spark_jobs.lifecycle.pins import pin
 from spark_jobs.lifecycle.snapshots import Snapshot, SnapshotError, from_checkpoint, read_savepoint
 from spark_jobs.runtime import plan as topo
@@ -57,7 +56,6 @@ from state_store.core.restore import (
     SnapshotShape,
     plan_restore,
 )
-from state_store.core.state.descriptors import StateKind
 from state_store.formats.keyed import encode_key_groups
 from state_store.lease_keeper import HeldLease
 from state_store.storage import open_store
@@ -187,14 +185,14 @@ def import_snapshot(
         for step in stage.steps:
             if not (step.stateful and step.uid):
                 continue
-            if step.kind == "source":
+            if isinstance(step.spec, SourceSpec):
                 entries = {e.get("partition"): e for e in snapshot.sources.get(step.uid, [])}
                 for i, partition in enumerate(topo.source_partitions(stage)):
                     entry = dict(entries.get(partition, {"partition": partition, "max_ts": None}))
                     entry["position"] = snapshot.positions.get(topo.position_key(step.uid, partition), 0)
                     acks.append((TaskId(step.uid, i), (), {"source": entry}))
                 continue
-            if step.kind == "sink" or step.uid not in renamed:
+            if not step.spec.restorable or step.uid not in renamed:
                 continue  # sinks restore nothing; a new operator starts empty
             op = renamed[step.uid]
             for subtask in range(width):
@@ -289,34 +287,18 @@ def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
     return True
 
 
-def _kinds(step: Step) -> dict[str, str]:
-    if step.kind == "window":
-        name = "sessions" if isinstance(step.spec["assigner"], EventTimeSessionWindows) else "acc"
-        return {name: StateKind.VALUE.value}
-    if step.kind == "dedup":
-        return {"seen": StateKind.VALUE.value}
-    if step.kind in ("process", "connect"):
-        return {d.name: d.kind.value for d in getattr(step.spec["fn"], "state_descriptors", ())}
-    return {}
-
-
-#: A source's state in a snapshot: its positions (and watermark state) per partition.
-SOURCE_STATE = {"positions": "operator_list"}
-
-
 def job_shape(job: Job) -> JobShape:
+    """Every step with a uid as the job declares it: whether a restore maps state onto it, keyed
+    or not, its parallelism and the states its spec keeps (``StepSpec.state_kinds``)."""
     operators = []
     for stage in job.graph.stages():
         width = topo.width(stage, job)
         for step in stage.steps:
-            if not step.uid:
-                continue
-            if step.kind == "source":
-                operators.append(OperatorShape(step.uid, True, False, width, SOURCE_STATE))
-            elif step.kind == "sink":
-                operators.append(OperatorShape(step.uid, False, False, width))
-            else:
-                operators.append(OperatorShape(step.uid, True, True, width, _kinds(step)))
+            if step.uid:
+                spec = step.spec
+                operators.append(
+                    OperatorShape(step.uid, spec.restorable, spec.keyed, width, spec.state_kinds())
+                )
     return JobShape(job.job_id, job.max_parallelism, tuple(operators))
 
 
@@ -326,7 +308,7 @@ def snapshot_shape(snapshot: Snapshot) -> SnapshotShape:
         for uid, op in sorted(snapshot.operators.items())
     ]
     operators += [
-        OperatorShape(uid, True, False, len(entries), SOURCE_STATE)
+        OperatorShape(uid, True, False, len(entries), dict(SOURCE_STATE))
         for uid, entries in sorted(snapshot.sources.items())
     ]
     return SnapshotShape(

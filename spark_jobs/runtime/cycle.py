@@ -32,6 +32,7 @@ from typing import Any
 
 from spark_jobs.api.graph import Stage
 from spark_jobs.api.job import Job
+from spark_jobs.api.specs import SinkSpec
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.executors import run_in_process, run_on_spark
 from spark_jobs.runtime.plan import EpochPlan
@@ -161,10 +162,10 @@ def sink_specs(job: Job) -> dict[str, Any]:
     """Every sink of the job by uid (main sinks and window late-data sinks)."""
     specs: dict[str, Any] = {}
     for step in job.graph.steps:
-        if step.kind == "sink" and step.uid:
-            specs[step.uid] = step.spec["sink"]
-        if step.kind == "window" and step.spec.get("late_output") is not None:
-            specs[f"{step.uid}-late"] = step.spec["late_output"]
+        if isinstance(step.spec, SinkSpec) and step.uid:
+            specs[step.uid] = step.spec.sink
+        for output in step.side_outputs():
+            specs[output.uid] = output.sink
     return specs
 
 
@@ -183,8 +184,7 @@ def expected_tasks(job: Job) -> list[TaskId]:
         n = topo.width(stage, job)
         for step in stage.steps:
             uids = [step.uid] if step.stateful and step.uid else []
-            if step.kind == "window" and step.spec.get("late_output") is not None:
-                uids.append(f"{step.uid}-late")
+            uids += [output.uid for output in step.side_outputs()]
             tasks.extend(TaskId(uid, i) for uid in uids for i in range(n))
     return tasks
 
@@ -301,7 +301,7 @@ def trigger_epoch(
     now = clock.now_ms()
     ranges: dict[str, list[int]] = {}
     for stage in _source_stages(job):
-        source = stage.steps[0].spec["source"]
+        source = stage.source_spec.source
         uid = stage.steps[0].uid or source.uid
         available = source.end_offsets(now)
         for partition in source.partitions():

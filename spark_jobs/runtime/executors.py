@@ -17,8 +17,9 @@ from typing import Any
 from spark_jobs.api.graph import Stage
 from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime.gcpause import gc_paused
+from spark_jobs.runtime.keyed_subtask import open_keyed_subtask
 from spark_jobs.runtime.plan import EpochPlan
-from spark_jobs.runtime.subtask import KeyedSubtask, SourceSubtask
+from spark_jobs.runtime.source_subtask import open_source_subtask
 from state_store.core.manifests import AckBundleEntry
 
 
@@ -40,7 +41,7 @@ def run_source_subtask(
     is not traversed by a collection between the restore and the processing. The acks it wrote
     are appended to ``acks`` (for the run's ack bundle)."""
     with gc_paused():
-        subtask = SourceSubtask(plan, stage_index, index)
+        subtask = open_source_subtask(plan, stage_index, index)
         out = list(subtask.run())
     if acks is not None:
         acks.extend(subtask.responder.receipts)
@@ -56,7 +57,7 @@ def run_keyed_subtask(
 ) -> list[Any]:
     """One keyed subtask, restore to acks, in a single GC pause (see ``run_source_subtask``)."""
     with gc_paused():
-        subtask = KeyedSubtask(plan, stage_index, index)
+        subtask = open_keyed_subtask(plan, stage_index, index)
         out = list(subtask.run(messages))
     if acks is not None:
         acks.extend(subtask.responder.receipts)

@@ -37,7 +37,7 @@ class EpochPlan:
 
 
 def source_partitions(stage: Stage) -> list[str]:
-    return list(stage.steps[0].spec["source"].partitions())
+    return list(stage.source_spec.source.partitions())
 
 
 def width(stage: Stage, job: Job) -> int:

@@ -10,6 +10,7 @@ import time
 from typing import Any
 
 from spark_jobs.api.job import Job
+from spark_jobs.api.specs import SourceSpec
 from spark_jobs.sources.generator import GeneratorSource
 from tests.unit.runtime.support import small_job
 
@@ -28,6 +29,6 @@ class PausingGeneratorSource(GeneratorSource):
 
 def pausing_job(**overrides: Any) -> Job:
     job = small_job(**overrides)
-    for step in job.graph.sources:
-        step.spec["source"].__class__ = PausingGeneratorSource
+    for _, spec in job.graph.steps_of(SourceSpec):
+        spec.source.__class__ = PausingGeneratorSource
     return job

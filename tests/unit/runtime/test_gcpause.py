@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from spark_jobs.runtime.gcpause import gc_paused
-from spark_jobs.runtime.subtask import KeyedSubtask, SubtaskRunner
+from spark_jobs.runtime.keyed_subtask import KeyedSubtask
+from spark_jobs.runtime.subtask import SubtaskRunner
 
 from .support import STEP_MS, cycle, final_state, new_clock, small_job, store_uri
 
@@ -74,13 +75,13 @@ def test_a_finished_epoch_leaves_its_state_to_reference_counting(
 
 
 def test_a_subtask_runs_restore_to_acks_in_one_pause(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The collector stays off from the restore (in the constructor) to the acks: the restored
+    """The collector stays off from the restore (``open_subtask``) to the acks: the restored
     state is not traversed by a collection in between."""
     seen: list[bool] = []
     original = KeyedSubtask.run
 
     def run(self: KeyedSubtask, messages: Any) -> Any:
-        seen.append(gc.isenabled())  # between the constructor (restore) and the processing
+        seen.append(gc.isenabled())  # between the restore and the processing
         return original(self, messages)
 
     monkeypatch.setattr(KeyedSubtask, "run", run)

@@ -33,7 +33,7 @@ def test_small_updates_write_a_small_fraction_and_delta_chains_restore_exactly(t
     assert sorted(steady)[len(steady) // 2] < 0.1, ratios
     assert sum(steady) / len(steady) < 0.15, ratios
 
-    source = job.graph.sources[0].spec["source"]
+    source = job.graph.stages()[0].source_spec.source
     end = source.end_offsets(clock.now_ms())["p0"]
     import numpy as np
 

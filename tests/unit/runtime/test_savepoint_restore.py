@@ -4,6 +4,7 @@ foreign job, NO_CLAIM leaves the snapshot untouched); dry runs change nothing.""
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import shutil
 from pathlib import Path
@@ -13,6 +14,7 @@ import pytest
 
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
+from spark_jobs.api.specs import WindowSpec
 from spark_jobs.api.windows import Count, TumblingEventTimeWindows
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.lifecycle.restore_render import render_plan
@@ -118,7 +120,9 @@ def test_restore_matrix(savepoint, tmp_path: Path) -> None:  # type: ignore[no-u
     ).sink(ParquetSink(), uid="out")
     from spark_jobs.api.windows import EventTimeSessionWindows
 
-    next(s for s in clash.graph.steps if s.uid == "dedup").spec["assigner"] = EventTimeSessionWindows(10)
+    step = next(s for s in clash.graph.steps if s.uid == "dedup")
+    assert isinstance(step.spec, WindowSpec)
+    step.spec = dataclasses.replace(step.spec, assigner=EventTimeSessionWindows(10))
     with pytest.raises(RestorePlanError, match="seen"):
         attempt(clash, allow_non_restored_state=False)
 

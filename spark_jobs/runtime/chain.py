@@ -1,0 +1,147 @@
+"""The operator chain of a subtask (Flink's OperatorChain) and its exit, where output leaves.
+
+::
+
+    push(batch, input) -> op 0 -> op 1 -> ... -> op k -> StageExit -> the stage's sink
+                                                                 `-> the consumer's subtasks (by key)
+    side(tag, batch) of any operator ------------------> StageExit -> the tag's side sink, or dropped
+
+Invariants:
+  * operator i's output is operator i + 1's input, the last operator's output is the exit; a chain
+    without operators hands batches and watermarks straight to the exit;
+  * the first operator of a two-input stage is a ``CoProcessOperator``: the input index picks the side;
+  * the exit writes a non-empty batch to the stage's sink if it has one, else splits it by key group
+    into one message per destination subtask of the consumer, else drops it (the terminal stage);
+  * a watermark leaves only when it advances; statuses, barriers and cancellation markers go to
+    every subtask of the consumer; the sequence numbers of a subtask's messages strictly increase;
+  * a side output goes to the side sink of its tag, else it is counted in ``side_dropped``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.runtime.keys import KeySpec, key_column, key_groups, split_by, subtasks_of_key_groups
+from spark_jobs.runtime.messages import Message, to_message
+from spark_jobs.runtime.operators.base import Operator, Output
+from spark_jobs.runtime.operators.process import CoProcessOperator
+from spark_jobs.runtime.subtask_sinks import SubtaskSinks
+from state_store.core.stream import Watermark
+
+
+@dataclass(frozen=True, slots=True)
+class Route:
+    """Where a stage's output goes: the consumer stage keys this input by ``key``; this subtask
+    feeds it as channel ``channel``; the consumer has ``width`` subtasks."""
+
+    key: KeySpec
+    channel: int
+    width: int
+    max_parallelism: int
+    parallelism: int
+
+    def split(self, batch: pa.RecordBatch) -> list[tuple[int, pa.RecordBatch]]:
+        """The batch's rows per destination subtask (the owner of their key group)."""
+        groups = key_groups(key_column(batch, self.key), self.max_parallelism)
+        targets = subtasks_of_key_groups(groups, self.max_parallelism, self.parallelism)
+        parts = split_by(batch, targets, self.parallelism)
+        return [(dest, part) for dest, part in enumerate(parts) if part is not None]
+
+
+class StageExit:
+    """Output of the last operator (module docstring): the sink, the next stage, or nothing."""
+
+    def __init__(self, sinks: SubtaskSinks, route: Route | None) -> None:
+        self.sinks, self.route = sinks, route
+        self.outbox: list[tuple[int, Message]] = []
+        self.rows_out = 0
+        self.side_dropped: dict[str, int] = {}
+        self._seq = 0
+        self._last_watermark = -(2**63)
+
+    def emit(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows == 0:
+            return
+        self.rows_out += batch.num_rows
+        if self.sinks.main is not None:
+            self.sinks.write(self.sinks.main, batch)
+        elif self.route is not None:
+            for dest, part in self.route.split(batch):
+                self._send(dest, part)
+
+    def emit_watermark(self, timestamp: int) -> None:
+        if timestamp > self._last_watermark:
+            self._last_watermark = timestamp
+            self.broadcast(Watermark(timestamp))
+
+    def side(self, tag: str, batch: pa.RecordBatch) -> None:
+        if not self.sinks.write_side(tag, batch):
+            self.side_dropped[tag] = self.side_dropped.get(tag, 0) + batch.num_rows
+
+    def broadcast(self, item: object) -> None:
+        if self.route is not None:
+            for dest in range(self.route.width):
+                self._send(dest, item)
+
+    def _send(self, dest: int, item: object) -> None:
+        assert self.route is not None
+        self.outbox.append((dest, to_message(self.route.channel, self._seq, item)))
+        self._seq += 1
+
+
+class _Link:
+    """Output of operator i = input of operator i + 1; side outputs go to the exit."""
+
+    def __init__(self, nxt: Operator, exit: StageExit) -> None:
+        self.nxt, self.exit = nxt, exit
+
+    def emit(self, batch: pa.RecordBatch) -> None:
+        self.nxt.process_batch(batch)
+
+    def emit_watermark(self, timestamp: int) -> None:
+        self.nxt.process_watermark(timestamp)
+
+    def side(self, tag: str, batch: pa.RecordBatch) -> None:
+        self.exit.side(tag, batch)
+
+
+class OperatorChain:
+    """The stage's operators wired in order (module docstring); ``rows_in`` counts pushed rows."""
+
+    def __init__(self, ops: list[Operator], exit: StageExit) -> None:
+        self.ops, self.exit = ops, exit
+        self.rows_in = 0
+        outputs: list[Output] = [_Link(nxt, exit) for nxt in ops[1:]]
+        for op, output in zip(ops, [*outputs, exit]):
+            op.output = output
+
+    @property
+    def stateful(self) -> list[Operator]:
+        """The operators with state (each has a uid), in chain order."""
+        return [op for op in self.ops if op.stateful and op.uid]
+
+    def push(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        self.rows_in += batch.num_rows
+        first = self.ops[0] if self.ops else None
+        if isinstance(first, CoProcessOperator):
+            first.process_input(batch, input_index)
+        elif first is not None:
+            first.process_batch(batch)
+        else:
+            self.exit.emit(batch)
+
+    def watermark(self, timestamp: int) -> None:
+        if self.ops:
+            self.ops[0].process_watermark(timestamp)
+        else:
+            self.exit.emit_watermark(timestamp)
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        return {op.uid: op.metrics() for op in self.ops if op.uid}
+
+    def dispose(self) -> None:
+        for op in self.ops:
+            op.dispose()
