@@ -50,8 +50,9 @@ def state_digest(store: ObjectStore, metadata: CompletedMetadata, max_parallelis
                         )
             entry.extend(("timers", kg, repr(domains)) for kg, domains in sorted(restored.timers.items()))
         for task in metadata.tasks:
-            if task.task.uid == uid and "source" in task.snapshot:
-                entry.append(("source", repr(sorted(task.snapshot["source"].items()))))
+            source = task.parts.source if task.task.uid == uid else None
+            if source is not None:
+                entry.append(("source", repr(sorted(source.to_json().items()))))
         digest[uid] = sorted(entry, key=repr)
     return digest
 

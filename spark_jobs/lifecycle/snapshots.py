@@ -101,10 +101,11 @@ def from_metadata(
     sources: dict[str, list[dict[str, Any]]] = {}
     for uid in sorted({t.task.uid for t in meta.tasks}):
         tasks = [t for t in meta.tasks if t.task.uid == uid]
-        if any("source" in t.snapshot for t in tasks):
-            sources[uid] = [dict(t.snapshot["source"]) for t in tasks]
+        parts = [t.parts for t in tasks]
+        if any(p.source is not None for p in parts):
+            sources[uid] = [p.source.to_json() for p in parts if p.source is not None]
             continue
-        if any("sink_transactions" in t.snapshot for t in tasks):
+        if any(p.is_sink for p in parts):
             continue  # sinks keep no state across a snapshot: their output is committed or not
         restored, _ = read_operator_restore(store, meta, uid, everything)
         keyed = _merge(restored.keyed, max_parallelism) if restored else None

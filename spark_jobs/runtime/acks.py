@@ -26,6 +26,7 @@ from typing import Any
 from spark_jobs.runtime.channel_state import ChannelStateRef
 from spark_jobs.runtime.state_io import WrittenSnapshot
 from state_store.core.manifests import AckRecord, DeclineRecord, StateHandle, TaskId
+from state_store.core.task_parts import SourcePart, TaskParts
 from state_store.core.twophase import PreCommittedTxn, sink_snapshot
 
 
@@ -145,8 +146,6 @@ class SourceAck:
 
     def record(self, site: AckSite) -> AckRecord:
         metrics = {"records": self.records, "dead_letters": sum(self.dead_letters.values())}
-        snapshot = {
-            "source": {"partition": self.partition, "max_ts": self.max_ts, "position": self.position},
-            "dead_letters": dict(self.dead_letters),
-        }
+        parts = TaskParts(SourcePart(self.partition, self.position, self.max_ts), dict(self.dead_letters))
+        snapshot = parts.to_json()
         return site.record(self.uid, (), metrics, snapshot)

@@ -28,8 +28,9 @@ from state_store.core.codec import sha256_hex
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.manifests import CompletedMetadata, StateHandle
 from state_store.core.ports import ObjectStore
+from state_store.core.task_parts import CHANNEL_STATE
 
-SNAPSHOT_KEY = "channel_state"
+SNAPSHOT_KEY = CHANNEL_STATE
 
 
 class ChannelStateRecorder:
@@ -76,7 +77,7 @@ class ChannelStateRef:
 def restored_channel_state(metadata: CompletedMetadata, anchor: str) -> Iterator[Mapping[str, Any]]:
     """The channel-state entries of the anchor's acks in the restored checkpoint."""
     for task in metadata.tasks:
-        entry = task.snapshot.get(SNAPSHOT_KEY) if task.task.uid == anchor else None
+        entry = task.parts.channel_state if task.task.uid == anchor else None
         if entry:
             yield entry
 

@@ -29,6 +29,7 @@ from spark_jobs.runtime.subtask import SubtaskParts, SubtaskRunner, open_subtask
 from spark_jobs.sources.base import event_time_ms
 from spark_jobs.sources.dead_letters import DeadLetterReason, DeadLetters
 from state_store.core.stream import MAX_TIMESTAMP, StreamStatus
+from state_store.core.task_parts import SourcePart
 
 
 def open_source_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SourceSubtask:
@@ -49,14 +50,15 @@ class SourceSubtask(SubtaskRunner):
         self.partition = partition
         self.max_ts: int | None = None
         self.dead = DeadLetters()
-        for entry in self._source_entries():
-            if entry.get("partition") == self.partition:
-                self.max_ts = entry.get("max_ts")
+        for part in self._source_parts():
+            if part.partition == self.partition:
+                self.max_ts = part.max_ts
 
-    def _source_entries(self) -> list[dict[str, Any]]:
+    def _source_parts(self) -> list[SourcePart]:
         if self.metadata is None:
             return []
-        return [t.snapshot.get("source", {}) for t in self.metadata.tasks if t.task.uid == self.source_uid]
+        tasks = (t for t in self.metadata.tasks if t.task.uid == self.source_uid)
+        return [part for t in tasks if (part := t.parts.source) is not None]
 
     def expected_uids(self) -> list[str]:
         return [self.source_uid, *super().expected_uids()]

@@ -29,6 +29,7 @@ from functools import partial
 from typing import Any
 
 from spark_jobs.runtime.operators.base import OperatorRestore, OperatorSnapshot
+from state_store.core import task_parts
 from state_store.core.codec import sha256_hex
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout
@@ -40,7 +41,7 @@ from state_store.core.state.snapshot import KeyedStateSnapshot, RowColumns, Stat
 from state_store.formats.json_codec import key_from_jsonable, key_to_jsonable
 from state_store.formats.keyed import decode_key_groups, encode_key_groups
 
-STATE_FILES = "state_files"
+STATE_FILES = task_parts.STATE_FILES
 
 
 class StateRestoreError(RuntimeError):

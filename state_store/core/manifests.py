@@ -22,6 +22,7 @@ from typing import Any
 
 from state_store.core.positions import BarrierPositions
 from state_store.core.properties import CheckpointProperties
+from state_store.core.task_parts import TaskParts
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -153,6 +154,11 @@ class AckRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     snapshot: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def parts(self) -> TaskParts:
+        """``snapshot`` as typed parts (``state_store.core.task_parts``)."""
+        return TaskParts.of(self.snapshot, what=f"ack of {self.task} for checkpoint {self.checkpoint_id}")
+
 
 @dataclass(frozen=True, slots=True)
 class AckBundleEntry:
@@ -196,6 +202,11 @@ class TaskSnapshot:
     handles: tuple[StateHandle, ...]
     metrics: dict[str, Any]
     snapshot: dict[str, Any]
+
+    @property
+    def parts(self) -> TaskParts:
+        """``snapshot`` as typed parts (``state_store.core.task_parts``)."""
+        return TaskParts.of(self.snapshot, what=f"snapshot of {self.task}")
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,11 @@ from state_store.core.codec import to_jsonable
 from state_store.core.layout import validate_name
 from state_store.core.manifests import CompletedMetadata, StateHandle
 from state_store.core.ports import NO_KILL, KillSwitch
+from state_store.core.task_parts import SINK_TRANSACTIONS
 
 B = TypeVar("B")
 
-SNAPSHOT_KEY = "sink_transactions"
+SNAPSHOT_KEY = SINK_TRANSACTIONS
 """Key of ``AckRecord.snapshot`` holding the list of a subtask's pre-committed sink records."""
 
 
