@@ -390,8 +390,8 @@ def _snapshot_of(args: argparse.Namespace, which: str) -> Any:
 
 def _cmd_savepoint(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
+    from spark_jobs.lifecycle.savepoint import take_savepoint
     from spark_jobs.lifecycle.snapshots import savepoint_location
-    from spark_jobs.runtime.cycle import take_savepoint
 
     _check_time_step(args)
     job = load_job(args.job_ref)

@@ -32,6 +32,7 @@ from spark_jobs.chaos.driver import STEPS, Driver, TickPlan
 from spark_jobs.chaos.schedule import FaultEvent
 from spark_jobs.lifecycle.backfill import backfill
 from spark_jobs.lifecycle.restore import RestoreRequest, import_snapshot, load_snapshot, restore
+from spark_jobs.lifecycle.savepoint import take_savepoint
 from spark_jobs.runtime import cycle
 from state_store.core.cleaner import apply_retention
 from state_store.core.jobrecord import JobRecords
@@ -109,7 +110,7 @@ def _cli_restore(driver: Driver, token: int) -> None:
 
 def _cli_savepoint(driver: Driver, token: int) -> None:
     cycle.abort_abandoned(driver.job, driver.store, driver.clock, "chaos-savepoint", lease_token=token)
-    cycle.take_savepoint(driver.job, driver.store.uri, driver.clock, f"chaos-{token}", lease_token=token)
+    take_savepoint(driver.job, driver.store.uri, driver.clock, f"chaos-{token}", lease_token=token)
 
 
 def _cli_retention(driver: Driver, token: int) -> None:

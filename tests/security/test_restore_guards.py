@@ -11,8 +11,9 @@ import pytest
 
 from spark_jobs.chaos.runner import ChaosConfig
 from spark_jobs.lifecycle.restore import RestoreRequest, restore, roots_from_text
+from spark_jobs.lifecycle.savepoint import take_savepoint
 from spark_jobs.lifecycle.snapshots import SnapshotError
-from spark_jobs.runtime.cycle import run_cycle, take_savepoint
+from spark_jobs.runtime.cycle import run_cycle
 from state_store.clocks import ManualClock
 
 CONFIG = ChaosConfig()

@@ -30,7 +30,8 @@ class TriggerSavepointOperator(EpochalOperator):
         self.name, self.savepoint_format, self.stop = name, savepoint_format, stop
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
-        from spark_jobs.runtime.cycle import abort_abandoned, take_savepoint
+        from spark_jobs.lifecycle.savepoint import take_savepoint
+        from spark_jobs.runtime.cycle import abort_abandoned
 
         abort_abandoned(rt.job, rt.store, rt.clock, f"savepoint-{self.name}", lease_token=rt.token)
         info = take_savepoint(

@@ -11,7 +11,7 @@ from spark_jobs.lifecycle.backfill import BackfillTargetExists, backfill
 from spark_jobs.lifecycle.checks import validate_checkpoint
 from spark_jobs.lifecycle.pins import pin
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
-from spark_jobs.runtime.cycle import take_savepoint
+from spark_jobs.lifecycle.savepoint import take_savepoint
 from state_store.core import JobLayout
 from state_store.storage import open_store
 from state_store.storage.local import LocalObjectStore

@@ -18,8 +18,8 @@ from spark_jobs.api.specs import WindowSpec
 from spark_jobs.api.windows import Count, TumblingEventTimeWindows
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.lifecycle.restore_render import render_plan
+from spark_jobs.lifecycle.savepoint import take_savepoint
 from spark_jobs.lifecycle.snapshots import SnapshotError, read_savepoint
-from spark_jobs.runtime.cycle import take_savepoint
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core.restore import RestorePlanError
 from tests.unit.runtime.support import STEP_MS, committed_rows, cycle, final_state, new_clock, small_job

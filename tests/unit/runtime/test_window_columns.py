@@ -25,7 +25,8 @@ from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Aggregates, Count, SlidingEventTimeWindows, Sum, TumblingEventTimeWindows
 from spark_jobs.chaos.observe import state_digest
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
-from spark_jobs.runtime.cycle import run_cycle, take_savepoint
+from spark_jobs.lifecycle.savepoint import take_savepoint
+from spark_jobs.runtime.cycle import run_cycle
 from spark_jobs.runtime.operators import window
 from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.window_columns import WindowColumns
