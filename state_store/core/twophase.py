@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
 from state_store.core import killpoints
-from state_store.core.codec import to_jsonable
+from state_store.core.codec import from_jsonable, to_jsonable
 from state_store.core.layout import validate_name
 from state_store.core.manifests import CompletedMetadata, StateHandle
 from state_store.core.ports import NO_KILL, KillSwitch
@@ -133,41 +133,9 @@ class PreCommittedTxn:
 
     @classmethod
     def from_json(cls, value: Any) -> PreCommittedTxn:
-        """Parse :meth:`to_json` output; ValueError naming the bad field otherwise."""
-        if not isinstance(value, Mapping):
-            raise ValueError(f"a pre-committed sink record must be a JSON object, got {value!r}")
-        ints = {f: _int(value, f) for f in ("checkpoint_id", "subtask", "attempt", "generation")}
-        files = value.get("files", [])
-        if not isinstance(files, list):
-            raise ValueError(f"pre-committed sink record field 'files' must be a list, got {files!r}")
-        return cls(
-            sink_uid=_str(value, "sink_uid"),
-            files=tuple(
-                StateHandle(_str(f, "key"), _int(f, "size"), _str(f, "sha256")) for f in map(_obj, files)
-            ),
-            rows=_int(value, "rows") if "rows" in value else 0,
-            **ints,
-        )
-
-
-def _obj(value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ValueError(f"a staged file entry must be a JSON object, got {value!r}")
-    return value
-
-
-def _int(value: Mapping[str, Any], name: str) -> int:
-    item = value.get(name)
-    if not isinstance(item, int) or isinstance(item, bool):
-        raise ValueError(f"pre-committed sink record field {name!r} must be an integer, got {item!r}")
-    return item
-
-
-def _str(value: Mapping[str, Any], name: str) -> str:
-    item = value.get(name)
-    if not isinstance(item, str):
-        raise ValueError(f"pre-committed sink record field {name!r} must be a string, got {item!r}")
-    return item
+        """Parse :meth:`to_json` output (the codec's reflective decoder); a ManifestError (a
+        ValueError) naming the bad field otherwise."""
+        return from_jsonable(cls, value, what="pre-committed sink record")
 
 
 class Transaction(Generic[B]):
