@@ -233,7 +233,10 @@ def _dataclass_decoder(tp: type) -> Callable[[Any], Any]:
                 if optional:
                     continue
                 raise KeyError(f"missing field {name!r}")
-            kwargs[name] = decode(value[name])
+            try:
+                kwargs[name] = decode(value[name])
+            except TypeError as exc:  # name the field: "field 'files': field 'size': expected int"
+                raise TypeError(f"field {name!r}: {exc}") from None
         return tp(**kwargs)
 
     return decode_dataclass
