@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, ClassVar
 
 from state_store.core.status import CheckpointStatus
 
@@ -37,6 +37,14 @@ STATUSES = tuple(
 """The words of :class:`~state_store.core.status.CheckpointStatus` the view shows (``failed`` for ABORTED)."""
 
 
+def as_json(value: Any) -> dict[str, Any]:
+    """A row's JSON: its fields, then the properties its class lists in ``COMPUTED`` (dicts copied).
+    The REST API's schema (``epochal_airflow.ui.schemas``) is built from the same fields, their
+    ``metadata`` (``doc``, bounds) and those properties, so the two cannot drift apart."""
+    names = [f.name for f in fields(value)] + list(getattr(value, "COMPUTED", ()))
+    return {n: dict(v) if isinstance(v := getattr(value, n), dict) else v for n in names}
+
+
 @dataclass(frozen=True, slots=True)
 class CheckpointRow:
     """One line of the history table.
@@ -49,51 +57,36 @@ class CheckpointRow:
     ``validation``: ``passed``, ``failed``, ``quarantined`` or ``not_run``.
     """
 
-    checkpoint_id: int
-    status: str
+    checkpoint_id: int = field(metadata={"ge": 1})
+    status: str = field(metadata={"doc": " | ".join(STATUSES)})
     trigger_ms: int
     end_ms: int | None
-    acked: int
-    expected: int
-    state_size: int
-    incremental_size: int
+    acked: int = field(metadata={"ge": 0})
+    expected: int = field(metadata={"ge": 0})
+    state_size: int = field(metadata={"ge": 0, "doc": "bytes of every state file the checkpoint references"})
+    incremental_size: int = field(metadata={"ge": 0, "doc": "bytes uploaded by this checkpoint"})
     alignment_ms: int | None
     savepoint: bool
     generation: int
-    run_id: str
-    validation: str
+    run_id: str = field(metadata={"doc": "the Airflow DAG run that triggered it ('' outside Airflow)"})
+    validation: str = field(metadata={"doc": "passed | failed | quarantined | not_run"})
     validation_detail: str = ""
     reason: str = ""
     restored_from: str = ""
 
+    #: properties that ``to_json`` adds to the fields (the REST schema takes them from here too)
+    COMPUTED: ClassVar[tuple[str, ...]] = ("duration_ms",)
+
     @property
     def duration_ms(self) -> int | None:
-        """End-to-end duration: trigger to completion (or to the abort decision); None when the
-        end precedes the trigger (decided on another clock): never negative."""
+        """end-to-end: trigger to completion or abort. None when the end precedes the trigger
+        (decided on another clock): never negative."""
         if self.end_ms is None or self.end_ms < self.trigger_ms:
             return None
         return self.end_ms - self.trigger_ms
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "checkpoint_id": self.checkpoint_id,
-            "status": self.status,
-            "trigger_ms": self.trigger_ms,
-            "end_ms": self.end_ms,
-            "duration_ms": self.duration_ms,
-            "acked": self.acked,
-            "expected": self.expected,
-            "state_size": self.state_size,
-            "incremental_size": self.incremental_size,
-            "alignment_ms": self.alignment_ms,
-            "savepoint": self.savepoint,
-            "generation": self.generation,
-            "run_id": self.run_id,
-            "validation": self.validation,
-            "validation_detail": self.validation_detail,
-            "reason": self.reason,
-            "restored_from": self.restored_from,
-        }
+        return as_json(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +101,7 @@ class SummaryStats:
     max: float | None
 
     def to_json(self) -> dict[str, Any]:
-        return {k: getattr(self, k) for k in ("count", "min", "avg", "p50", "p99", "max")}
+        return as_json(self)
 
 
 def percentile(ordered: Sequence[float], p: float) -> float:
@@ -210,7 +203,7 @@ class SubtaskDetail:
     """One acknowledgement (or missing/declined one) of one operator subtask."""
 
     subtask: int
-    status: str  # acked | declined | pending
+    status: str = field(metadata={"doc": "acked | declined | pending"})
     attempt: int
     state_size: int
     bytes_written: int
@@ -219,16 +212,7 @@ class SubtaskDetail:
     reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "subtask": self.subtask,
-            "status": self.status,
-            "attempt": self.attempt,
-            "state_size": self.state_size,
-            "bytes_written": self.bytes_written,
-            "files": self.files,
-            "metrics": dict(self.metrics),
-            "reason": self.reason,
-        }
+        return as_json(self)
 
 
 @dataclass(frozen=True, slots=True)

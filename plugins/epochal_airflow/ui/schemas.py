@@ -1,35 +1,43 @@
-"""Pydantic response models of the REST API (they are its OpenAPI schema); each mirrors the
-``to_json`` of a :mod:`state_store.monitoring.model` value."""
+"""Pydantic response models of the REST API (they are its OpenAPI schema). The row models
+(checkpoint, summary, subtask) are built from the :mod:`state_store.monitoring.model` dataclasses
+whose ``to_json`` they describe (:func:`model_of`); the envelopes around them are written here."""
 
 from __future__ import annotations
 
+import dataclasses
+import typing
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
+
+from state_store.monitoring import model
 
 
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-class Checkpoint(Strict):
-    checkpoint_id: int = Field(ge=1)
-    status: str = Field(description="completed | failed | in_progress | completing | unreadable")
-    trigger_ms: int
-    end_ms: int | None
-    duration_ms: int | None = Field(description="end-to-end: trigger to completion or abort")
-    acked: int = Field(ge=0)
-    expected: int = Field(ge=0)
-    state_size: int = Field(ge=0, description="bytes of every state file the checkpoint references")
-    incremental_size: int = Field(ge=0, description="bytes uploaded by this checkpoint")
-    alignment_ms: int | None
-    savepoint: bool
-    generation: int
-    run_id: str = Field(description="the Airflow DAG run that triggered it ('' outside Airflow)")
-    validation: str = Field(description="passed | failed | quarantined | not_run")
-    validation_detail: str
-    reason: str
-    restored_from: str
+def model_of(cls: type, name: str) -> type[Strict]:
+    """The response model of a monitoring row dataclass: its fields (every one required: ``to_json``
+    always writes it) with the ``doc`` and bounds of their ``metadata``, then the properties of its
+    ``COMPUTED`` (type from the annotation, description from the first line of the docstring)."""
+    hints = typing.get_type_hints(cls)
+    spec: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        meta = dict(f.metadata)
+        spec[f.name] = (hints[f.name], Field(..., description=meta.pop("doc", None), **meta))
+    for prop_name in getattr(cls, "COMPUTED", ()):
+        getter = getattr(cls, prop_name).fget
+        doc = (getter.__doc__ or "").strip().split(".")[0]
+        spec[prop_name] = (typing.get_type_hints(getter)["return"], Field(..., description=doc or None))
+    model: type[Strict] = create_model(name, __base__=Strict, **spec)
+    return model
+
+
+if typing.TYPE_CHECKING:  # built at run time; to a type checker a strict model like the others
+    Checkpoint = Strict
+else:
+    Checkpoint = model_of(model.CheckpointRow, "Checkpoint")
 
 
 class Counts(Strict):
@@ -53,13 +61,10 @@ class Overview(Strict):
     latest_restore: Checkpoint | None
 
 
-class Summary(Strict):
-    count: int
-    min: float | None
-    avg: float | None
-    p50: float | None
-    p99: float | None
-    max: float | None
+if typing.TYPE_CHECKING:  # built at run time; to a type checker a strict model like the others
+    Summary = Strict
+else:
+    Summary = model_of(model.SummaryStats, "Summary")
 
 
 class Summaries(Strict):
@@ -83,15 +88,10 @@ class CheckpointPage(Strict):
     checkpoints: list[Checkpoint]
 
 
-class Subtask(Strict):
-    subtask: int
-    status: str = Field(description="acked | declined | pending")
-    attempt: int
-    state_size: int
-    bytes_written: int
-    files: int
-    metrics: dict[str, Any]
-    reason: str
+if typing.TYPE_CHECKING:  # built at run time; to a type checker a strict model like the others
+    Subtask = Strict
+else:
+    Subtask = model_of(model.SubtaskDetail, "Subtask")
 
 
 class Operator(Strict):

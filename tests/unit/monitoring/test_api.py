@@ -122,3 +122,24 @@ def test_the_api_conforms_to_its_openapi_schema(history: Made) -> None:
         except Exception as exc:
             failures.append(f"{operation.label}: {exc}")
     assert not failures, "\n".join(failures)
+
+
+def test_the_row_schemas_are_the_rows_json() -> None:
+    """The REST schema of a checkpoint, a summary and a subtask is built from the monitoring
+    dataclasses: its properties are exactly the keys ``to_json`` writes, bounds and docs included."""
+    from epochal_airflow.ui import schemas
+
+    from state_store.monitoring.model import CheckpointRow, SubtaskDetail, SummaryStats
+
+    row = CheckpointRow(7, "failed", 1_000, 900, 1, 2, 0, 0, None, False, 3, "", "not_run", reason="x")
+    pairs = [
+        (schemas.Checkpoint, row.to_json()),
+        (schemas.Summary, SummaryStats(0, None, None, None, None, None).to_json()),
+        (schemas.Subtask, SubtaskDetail(0, "pending", 1, 0, 0, 0).to_json()),
+    ]
+    for model, written in pairs:
+        assert set(model.model_json_schema()["properties"]) == set(written)
+        model.model_validate(written)  # what to_json writes is valid under its schema
+    assert row.to_json()["duration_ms"] is None  # ended before it started: never negative
+    props = schemas.Checkpoint.model_json_schema()["properties"]
+    assert props["checkpoint_id"]["minimum"] == 1 and "failed" in props["status"]["description"]
