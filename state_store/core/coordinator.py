@@ -515,7 +515,7 @@ class CheckpointCoordinator:
                 CheckpointStatus.ABORTED,
                 acked,
                 expected,
-                CheckpointFailureReason[stands.reason],
+                stands.abort_reason(),
                 stands.message,
                 results,
             )
@@ -561,7 +561,7 @@ class CheckpointCoordinator:
             # An ABORT was written between our commit and our decision (a zombie's, fenced only
             # by a check): the decision stands, so the chain goes back to where it was.
             self._uncommit(checkpoint_id, pending, self._replaced[-1])
-            return aborted(CheckpointFailureReason[stands.reason], stands.message)
+            return aborted(stands.abort_reason(), stands.message)
         # Our decision stands: the metadata built above from this attempt's acks (create-only
         # documents) is the completed checkpoint (an equal decision of a racing try of the same
         # commit is followed from storage: it may have another attempt).
@@ -698,7 +698,7 @@ class CheckpointCoordinator:
                 CheckpointStatus.ABORTED,
                 0,
                 expected,
-                CheckpointFailureReason[decision.reason],
+                decision.abort_reason(),
                 decision.message,
             )
         if metadata is None:

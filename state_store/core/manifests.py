@@ -20,6 +20,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
+from state_store.core.codec import ManifestError
+from state_store.core.failures import CheckpointFailureReason
 from state_store.core.positions import BarrierPositions
 from state_store.core.properties import CheckpointProperties
 from state_store.core.task_parts import TaskParts
@@ -254,6 +256,19 @@ class DecisionRecord:
     attempt: int = 0
     reason: str = ""
     message: str = ""
+
+    def abort_reason(self) -> CheckpointFailureReason:
+        """``reason`` (stored by name) of an ABORT decision as the enum. A name this version does
+        not know (a tampered or newer document), or a COMPLETE decision, is a ManifestError."""
+        try:
+            if self.outcome is Outcome.ABORT:
+                return CheckpointFailureReason[self.reason]
+        except KeyError:
+            pass
+        raise ManifestError(
+            f"decision of checkpoint {self.checkpoint_id} ({self.outcome.name}) names no known failure "
+            f"reason ({self.reason!r}): restore from an earlier checkpoint or a savepoint"
+        )
 
 
 @dataclass(frozen=True, slots=True)

@@ -114,3 +114,16 @@ def test_a_listing_fed_summary_equals_a_read_one_for_every_status() -> None:
         3: CheckpointStatus.ABORTED,
         4: CheckpointStatus.IN_PROGRESS,
     }
+
+
+def test_an_abort_reason_is_read_as_the_enum_and_an_unknown_one_is_refused() -> None:
+    from state_store.core import CheckpointFailureReason, ManifestError
+
+    abort = DecisionRecord(5, Outcome.ABORT, 10, reason="CHECKPOINT_EXPIRED", message="late")
+    assert abort.abort_reason() is CheckpointFailureReason.CHECKPOINT_EXPIRED
+    for bad in (
+        DecisionRecord(5, Outcome.ABORT, 10, reason="TOO_SLOW"),
+        DecisionRecord(5, Outcome.COMPLETE, 10),
+    ):
+        with pytest.raises(ManifestError, match=r"decision of checkpoint 5 .* names no known failure reason"):
+            bad.abort_reason()
