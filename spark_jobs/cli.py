@@ -526,9 +526,11 @@ def _cmd_restore(args: argparse.Namespace) -> int:
 def _cmd_backfill(args: argparse.Namespace) -> int:
     from spark_jobs.jobs.loading import load_job
     from spark_jobs.lifecycle.backfill import backfill
+    from spark_jobs.lifecycle.restore import roots_from_text
 
     _check_time_step(args)
     job = load_job(args.job_ref)
+    kill = kill_switch_from_env(os.environ)  # validated before anything changes
     report = backfill(
         job,
         args.store,
@@ -539,6 +541,8 @@ def _cmd_backfill(args: argparse.Namespace) -> int:
         step_ms=args.time_step_ms,
         replace=args.replace,
         wait_s=float(args.wait_timeout) if args.wait else 0.0,
+        kill=kill,
+        roots=roots_from_text(os.environ.get("EPOCHAL_SNAPSHOT_ROOTS", "")),
     )
     print(
         json.dumps(report)

@@ -19,7 +19,7 @@ from spark_jobs.lifecycle.snapshots import read_savepoint
 from spark_jobs.runtime.cycle import EpochCycle, sink_specs
 from state_store.clocks import ManualClock
 from state_store.core.layout import JobLayout, validate_name
-from state_store.core.ports import ObjectStore
+from state_store.core.ports import NO_KILL, KillSwitch, ObjectStore
 from state_store.lease_keeper import HeldLease, holder_id
 from state_store.storage import open_store
 
@@ -52,9 +52,13 @@ def backfill(
     replace: bool = False,
     wait_s: float = 0.0,
     holder: str = "",
+    kill: KillSwitch = NO_KILL,
+    roots: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """Restore ``savepoint`` into job ``new_job_id`` (same pipeline) and run up to ``epochs``
-    epochs of ``step_ms`` simulated time, stopping once the clock reaches ``until_ms``."""
+    epochs of ``step_ms`` simulated time, stopping once the clock reaches ``until_ms``. ``kill``
+    and ``roots`` are what the entry point read (``EPOCHAL_FAULT``, ``EPOCHAL_SNAPSHOT_ROOTS``): the
+    restore and every epoch get the kill switch; a savepoint outside the roots is refused."""
     validate_name("job id", new_job_id)
     if new_job_id == job.job_id:
         raise ValueError(
@@ -85,11 +89,12 @@ def backfill(
             fork,
             store_uri,
             clock,
-            RestoreRequest(source=savepoint, allow_foreign=True),
+            RestoreRequest(source=savepoint, allow_foreign=True, roots=roots),
             request_id=f"backfill-{new_job_id}",
             lease_token=lease.token,
+            kill=kill,
         )
-        cycle = EpochCycle(fork, store_uri, clock, executor=executor, lease_token=lease.token)
+        cycle = EpochCycle(fork, store_uri, clock, executor=executor, lease_token=lease.token, kill=kill)
         ran = 0
         for _ in range(epochs):
             if until_ms is not None and clock.now_ms() >= until_ms:

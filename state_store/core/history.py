@@ -88,8 +88,9 @@ def summarize(
     """Read one checkpoint folder; returns its summary and the number of documents read.
 
     A caller that listed the folder passes what the listing showed, so nothing is read in vain:
-    ``present`` (the document names in it) and ``acks_by_attempt`` (attempt -> ack count). Without
-    them the documents are read to find out and the acks are listed."""
+    ``present`` (the document names in it) and ``acks_by_attempt`` (attempt -> ack count); then the
+    decision is not read once the metadata exists. Without them every document is read (a damaged
+    one makes the checkpoint UNREADABLE) and the acks are listed."""
     reads = 1
     try:
         pending = documents.read(store, layout.pending(checkpoint_id), PendingRecord)
@@ -97,7 +98,10 @@ def summarize(
         if present is None or "_metadata.json" in present:
             meta = documents.read_optional(store, layout.metadata(checkpoint_id), CompletedMetadata)
             reads += 1
-        if meta is None and (present is None or "_decision.json" in present):
+        # without a listing every document is read, so a damaged decision behind a good metadata
+        # document is UNREADABLE (the next epoch refuses it too); a listing-fed reader (monitoring,
+        # at scale) reads the decision only while it is the newest document
+        if present is None or (meta is None and "_decision.json" in present):
             decision = documents.read_optional(store, layout.decision(checkpoint_id), DecisionRecord)
             reads += 1
         barrier = pending.barrier

@@ -149,6 +149,8 @@ class BackfillOperator(EpochalOperator):
                 until_ms=until,
                 epochs=int(self.epochs),
                 holder=holder,
+                kill=rt.kill,
+                roots=snapshot_roots(),
             )
         except LeaseHeldError as busy:
             self.log.info("epochal backfill: %s; deferring until the job's lease is free", busy)
