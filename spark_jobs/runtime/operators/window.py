@@ -18,6 +18,7 @@ for a window the index already fired, nor vice versa).
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -41,6 +42,8 @@ from state_store.core.stream import MIN_TIMESTAMP
 from state_store.core.stream.timers import InternalTimer
 
 TS = "_ts"
+log = logging.getLogger(__name__)
+
 INDEXED_FIRING = True
 """Fire tumbling/sliding windows without lateness from the state index instead of timers (module
 docstring). Switched off only by ``bench/ablation.py`` to measure what it gains."""
@@ -83,9 +86,32 @@ class WindowOperator(KeyedOperator):
             COLUMNAR and self.indexed and all(type(a) in (Count, Sum) for a in self.aggs.aggregates)
         )
         """Columnar mode is possible: the runtime decodes this operator's state files to int columns."""
+        self.fallback: str | None = None if self.columnar_restore else self._why_not_columnar()
+        """Why this operator keeps its windows on the heap backend (one Python object per entry: the
+        slow path), or None on the columnar path. Reported once per process in the log and in every
+        ack's metrics (``heap_fallback``)."""
         self.cols: WindowColumns | None = None
         """Columnar mode (``window_columns``): the accumulators live here, not in the backend."""
         self._restored_from: int | None = None
+
+    def _why_not_columnar(self) -> str:
+        if self.session:
+            return "session windows"
+        if self.lateness:
+            return f"allowed lateness of {self.lateness} ms"
+        if not (COLUMNAR and INDEXED_FIRING):
+            return "the columnar path is switched off"
+        other = [a for a in self.aggs.aggregates if type(a) not in (Count, Sum)]
+        return f"aggregate {type(other[0]).__name__} (only Count and Sum have columns)" if other else "?"
+
+    def _fall_back(self, reason: str) -> None:
+        """Record (and log once per process and operator) that the heap backend holds the windows."""
+        self.fallback = reason
+        if (self.uid, reason) not in _REPORTED:
+            _REPORTED.add((self.uid, reason))
+            log.warning(
+                "window operator %r keeps its state on the heap backend (the slow path): %s", self.uid, reason
+            )
 
     def register_states(self) -> None:
         self.backend.bulk(self.sessions if self.session else self.acc)
@@ -93,6 +119,8 @@ class WindowOperator(KeyedOperator):
     def open(self, ctx: Any, restored: Any) -> None:
         if self.columnar_restore:
             self.cols = WindowColumns(len(self.aggs.aggregates))
+        elif self.fallback is not None:
+            self._fall_back(self.fallback)
         super().open(ctx, restored)
         if self.indexed and self.cols is None:
             self._pending = {
@@ -114,6 +142,8 @@ class WindowOperator(KeyedOperator):
             if cols is not None:
                 self.cols = cols
                 return
+        if self.cols is not None:
+            self._fall_back("its restored state is not integer columns (an earlier epoch left the fast path)")
         self.cols = None  # timers from an older checkpoint, or entries of another shape
         super().restore_keyed(restored)
 
@@ -270,12 +300,15 @@ class WindowOperator(KeyedOperator):
         assert self.cols is not None
         keys = self.keys_of(batch)
         if not pa.types.is_integer(keys.type) or keys.null_count:
+            self._fall_back(f"keys of type {keys.type}{' with nulls' if keys.null_count else ''}")
             return False
         for agg in self.aggs.aggregates:
             column, _ = agg.arrow
             if column != [] and (
                 not pa.types.is_integer(batch.schema.field(column).type) or batch.column(column).null_count
             ):
+                nulls = " with nulls" if batch.column(column).null_count else ""
+                self._fall_back(f"column {column!r} of type {batch.schema.field(column).type}{nulls}")
                 return False
         ts = event_times(batch)
         rows, starts = self.assigner.assign(ts)
@@ -313,6 +346,7 @@ class WindowOperator(KeyedOperator):
                 self.backend.set_current_key(int(key_values[outside[0]]))  # raises KeyOutOfRangeError
             unique_starts = np.unique(window_starts)
             if not self.cols.fits(unique_starts.tolist(), partials):
+                self._fall_back("a sum beyond the exact int64 range (2**62)")
                 return False
             for ws in unique_starts.tolist():
                 idx = np.nonzero(window_starts == ws)[0]
@@ -400,9 +434,15 @@ class WindowOperator(KeyedOperator):
         columns["_ts"] = pa.array([r[2] - 1 for r in rows], pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
 
-    def metrics(self) -> dict[str, int]:
-        return {"late_records": self.late_records}
+    def metrics(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"late_records": self.late_records}
+        if self.fallback is not None:
+            out["heap_fallback"] = self.fallback
+        return out
 
+
+_REPORTED: set[tuple[str | None, str]] = set()
+"""(operator uid, reason) pairs already logged by this process."""
 
 _ = MIN_TIMESTAMP
 
