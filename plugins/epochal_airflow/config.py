@@ -172,9 +172,7 @@ class EpochalSettings:
         e = dict(os.environ if env is None else env)
         check_for_typos(e)
         home = e.get("AIRFLOW_HOME", os.path.expanduser("~/airflow"))
-        jobs = tuple(
-            j.strip() for j in e.get("EPOCHAL_JOBS", ",".join(sorted(EXAMPLES))).split(",") if j.strip()
-        )
+        jobs = _names(e.get("EPOCHAL_JOBS", ",".join(sorted(EXAMPLES))))
         executor = e.get("EPOCHAL_EXECUTOR", "spark")
         if executor not in EXECUTORS:
             raise EpochalConfigError(

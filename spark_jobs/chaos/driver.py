@@ -149,17 +149,8 @@ class Driver:
         """The EpochPlan ``run_epoch`` builds for ``attempt`` of checkpoint n."""
         coordinator = cycle.coordinator_for(self.job, self.store, self.clock)
         pending = coordinator.pending_record(checkpoint_id)
-        return EpochPlan(
-            job=cycle.with_parallelism(self.job, pending.parallelism),
-            store_uri=self.store.uri,
-            checkpoint_id=checkpoint_id,
-            attempt=attempt,
-            generation=pending.generation,
-            trigger_ms=pending.trigger_ms,
-            savepoint=pending.properties.savepoint,
-            positions={k: list(r) for k, r in pending.barrier.ranges.items()},
-            restore_id=pending.barrier.base,
-        )
+        job = cycle.with_parallelism(self.job, pending.parallelism)
+        return EpochPlan.for_attempt(job, self.store.uri, pending, attempt)
 
     def quietly(self, what: str, action: Callable[[], Any]) -> Any:
         """Run a fault's own action (a zombie, a racing coordinator); its failure is expected."""

@@ -46,6 +46,7 @@ from state_store.core.keygroups import KeyGroupRange, check_parallelism, key_gro
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import AckRecord, JobRecord, StateHandle, TaskId
 from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore
+from state_store.core.positions import BarrierPositions, RestoreFollowUp
 from state_store.core.properties import CheckpointProperties
 from state_store.core.responder import TaskCheckpointResponder
 from state_store.core.restore import (
@@ -178,7 +179,7 @@ def import_snapshot(
     if snapshot.kind == "checkpoint" and snapshot.checkpoint_id is not None and snapshot.job_id == job.job_id:
         commit_lineage(job, store, snapshot.checkpoint_id, coordinator, kill)
     renamed = {request.uid_map.get(uid, uid): op for uid, op in snapshot.operators.items()}
-    ranges = {k: [end, end] for k, end in snapshot.positions.items()}
+    ranges = {k: (end, end) for k, end in snapshot.positions.items()}
     acks: list[tuple[TaskId, tuple[StateHandle, ...], dict[str, Any]]] = []
     for stage in job.graph.stages():
         width = topo.width(stage, job)
@@ -215,19 +216,19 @@ def import_snapshot(
     pending = coordinator.trigger(
         expected,
         properties=CheckpointProperties.forced_checkpoint(),
-        positions={
-            "ranges": ranges,
-            "base": None,
-            "restored_from": snapshot.location,
+        positions=BarrierPositions(
+            ranges,
+            base=None,
+            restored_from=snapshot.location,
             # what the restore does after its commit, rolled forward by whoever holds the job next
             # if the restore dies in between (``finish_restore``)
-            FOLLOW_UP: {
-                "retract_after": retract_after,
-                "pin": snapshot.checkpoint_id
+            follow_up=RestoreFollowUp(
+                retract_after=retract_after,
+                pin=snapshot.checkpoint_id
                 if snapshot.kind == "checkpoint" and request.claim_mode == "NO_CLAIM"
                 else None,
-            },
-        },
+            ),
+        ).to_json(),
         request_id=request_id,
         parallelism=job.parallelism,
         declared_parallelism=declared,
@@ -246,10 +247,6 @@ def import_snapshot(
     return n
 
 
-FOLLOW_UP = "restore_follow_up"
-"""Key of an import's ``positions``: the steps of a restore after its commit point."""
-
-
 def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
     """Steps after a restore's commit point, idempotent, for the job's chain head when it is a
     restore's import: the stopped job resumes, the sinks are fenced with the new generation, the
@@ -263,20 +260,20 @@ def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
     if head is None or head.base is not None or record.restore_finished == head.checkpoint_id:
         return False
     pending = coordinator.pending_record(head.checkpoint_id)
-    follow_up = pending.positions.get(FOLLOW_UP)
-    if not isinstance(follow_up, dict):
+    follow_up = pending.barrier.follow_up
+    if follow_up is None:
         return False
     n = head.checkpoint_id
     coordinator.fence()
     store.delete(JobLayout(job.job_id).stopped)  # a stopped job resumes after a restore
-    retract_after = follow_up.get("retract_after")
+    retract_after = follow_up.retract_after
     for uid, spec in sink_specs(job).items():
         sink = spec.create(store, job.job_id, uid)
         sink.fence(record.generation)
         if isinstance(retract_after, int):
             reason = f"restore into checkpoint {n} resumed from checkpoint {retract_after}"
             sink.retract_after(retract_after, record.generation, reason, before=n)
-    pinned = follow_up.get("pin")
+    pinned = follow_up.pin
     if isinstance(pinned, int):
         pin(store, job.job_id, pinned, f"restored NO_CLAIM into checkpoint {n}")
 

@@ -110,7 +110,7 @@ def from_metadata(
         restored, _ = read_operator_restore(store, meta, uid, everything)
         keyed = _merge(restored.keyed, max_parallelism) if restored else None
         operators[uid] = OperatorState(uid, len(tasks), keyed, dict(restored.timers) if restored else {})
-    ranges = meta.positions.get("ranges", {})
+    ends = meta.barrier.ends()
     return Snapshot(
         meta.job_id,
         "checkpoint",
@@ -118,7 +118,7 @@ def from_metadata(
         meta.checkpoint_id,
         max_parallelism,
         operators,
-        {k: int(v[1]) for k, v in ranges.items()},
+        ends,
         sources,
     )
 

@@ -54,6 +54,7 @@ from state_store.core.manifests import (
     TaskId,
 )
 from state_store.core.ports import NO_KILL, Clock, KillSwitch, ObjectStore, StoreError
+from state_store.core.positions import BarrierPositions
 from state_store.core.properties import CheckpointProperties
 from state_store.core.retention import RetentionPlan
 from state_store.core.status import CheckpointStatus
@@ -297,7 +298,7 @@ def trigger_epoch(
     if parallelism.rescale and log_rescale is not None:
         log_rescale(parallelism, rescale_plan(job, parallelism, latest.checkpoint_id if latest else None))
     scaled = with_parallelism(job, parallelism.effective)
-    base = latest.metadata.positions.get("ranges", {}) if latest else {}
+    base = latest.metadata.barrier if latest else BarrierPositions()
     now = clock.now_ms()
     ranges: dict[str, list[int]] = {}
     for stage in _source_stages(job):
@@ -306,7 +307,7 @@ def trigger_epoch(
         available = source.end_offsets(now)
         for partition in source.partitions():
             key = topo.position_key(uid, partition)
-            start = int(base.get(key, [0, 0])[1])
+            start = base.end(key)
             end = max(start, min(int(available.get(partition, start)), start + job.max_records_per_epoch))
             if savepoint:
                 end = start  # a savepoint cuts the stream where the latest checkpoint did
@@ -354,18 +355,8 @@ def run_epoch(
     pending = coordinator.pending_record(checkpoint_id)
     job = with_parallelism(job, pending.parallelism)
     attempt = coordinator.start_attempt(checkpoint_id)
-    plan = EpochPlan(
-        job=job,
-        store_uri=store_uri,
-        checkpoint_id=checkpoint_id,
-        attempt=attempt.attempt,
-        generation=pending.generation,
-        trigger_ms=pending.trigger_ms,
-        savepoint=pending.properties.savepoint,
-        positions=dict(pending.positions.get("ranges", {})),
-        restore_id=pending.positions.get("base"),
-        drain=drain,
-        kill=task_kill_spec(kill),
+    plan = EpochPlan.for_attempt(
+        job, store_uri, pending, attempt.attempt, drain=drain, kill=task_kill_spec(kill)
     )
     acks: list[AckBundleEntry] = []
     if executor == "spark":

@@ -11,6 +11,7 @@ from typing import Any
 
 from spark_jobs.api.graph import Stage
 from spark_jobs.api.job import Job
+from state_store.core.manifests import PendingRecord
 from state_store.faults import KillSpec
 
 
@@ -31,6 +32,34 @@ class EpochPlan:
     restore_id: int | None
     drain: bool = False
     kill: KillSpec | None = None
+
+    @classmethod
+    def for_attempt(
+        cls,
+        job: Job,
+        store_uri: str,
+        pending: PendingRecord,
+        attempt: int,
+        *,
+        drain: bool = False,
+        kill: KillSpec | None = None,
+    ) -> EpochPlan:
+        """The plan of ``attempt`` of the pending checkpoint; ``job`` at the parallelism the
+        checkpoint was triggered at (``cycle.with_parallelism``)."""
+        barrier = pending.barrier
+        return cls(
+            job=job,
+            store_uri=store_uri,
+            checkpoint_id=pending.checkpoint_id,
+            attempt=attempt,
+            generation=pending.generation,
+            trigger_ms=pending.trigger_ms,
+            savepoint=pending.properties.savepoint,
+            positions={k: list(r) for k, r in barrier.ranges.items()},
+            restore_id=barrier.base,
+            drain=drain,
+            kill=kill,
+        )
 
     def stages(self) -> list[Stage]:
         return self.job.graph.stages()

@@ -43,6 +43,11 @@ class UnsupportedFormatVersion(ManifestError):
     """A document written by a newer Epochal than this one."""
 
 
+def is_int(value: Any) -> bool:
+    """An integer as JSON means it: ``bool`` (a Python int subclass) is not one."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 

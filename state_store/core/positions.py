@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from state_store.core.codec import ManifestError
+from state_store.core.codec import ManifestError, is_int
 
 _KNOWN = ("ranges", "base", "restored_from", "restore_follow_up")
 
@@ -70,14 +70,14 @@ class BarrierPositions:
         """Parse a stored ``positions`` object; a malformed one is a :class:`ManifestError`."""
         ranges: dict[str, tuple[int, int]] = {}
         for key, value in dict(raw.get("ranges") or {}).items():
-            if not (isinstance(value, list | tuple) and len(value) == 2 and all(_is_int(v) for v in value)):
+            if not (isinstance(value, list | tuple) and len(value) == 2 and all(is_int(v) for v in value)):
                 raise ManifestError(f"{what}: range of {key!r} is {value!r}, not [start, end] offsets")
             start, end = int(value[0]), int(value[1])
             if start > end:
                 raise ManifestError(f"{what}: range of {key!r} starts after it ends ({start} > {end})")
             ranges[str(key)] = (start, end)
         base = raw.get("base")
-        if base is not None and not _is_int(base):
+        if base is not None and not is_int(base):
             raise ManifestError(f"{what}: base {base!r} is not a checkpoint id")
         restored = raw.get("restored_from")
         follow = raw.get("restore_follow_up")
@@ -95,8 +95,4 @@ class BarrierPositions:
 
 
 def _int_or_none(value: Any) -> int | None:
-    return int(value) if _is_int(value) else None
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
+    return int(value) if is_int(value) else None

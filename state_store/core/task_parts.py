@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from state_store.core.codec import ManifestError
+from state_store.core.codec import ManifestError, is_int
 
 SOURCE = "source"
 DEAD_LETTERS = "dead_letters"
@@ -86,7 +86,7 @@ class TaskParts:
         if source is not None:
             source = _mapping(source, SOURCE, what)
             position, max_ts = source.get("position", 0), source.get("max_ts")
-            if not _is_int(position) or not (max_ts is None or _is_int(max_ts)):
+            if not is_int(position) or not (max_ts is None or is_int(max_ts)):
                 raise ManifestError(f"{what}: source part {dict(source)!r} has no integer position/max_ts")
             rest = {k: v for k, v in source.items() if k not in ("partition", "position", "max_ts")}
             part = SourcePart(str(source.get("partition", "")), int(position), max_ts, rest)
@@ -114,7 +114,3 @@ def _mapping(value: Any, key: str, what: str) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
         raise ManifestError(f"{what}: part {key!r} must be an object, got {value!r}")
     return value
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)

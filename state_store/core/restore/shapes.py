@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from state_store.core.codec import is_int
 from state_store.core.keygroups import check_max_parallelism
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.operator import OperatorStateMode
@@ -102,7 +103,7 @@ class OperatorShape:
         for name in ("stateful", "keyed"):
             if not isinstance(getattr(self, name), bool):
                 raise RestorePlanError(f"{where}: {name} must be a bool, got {getattr(self, name)!r}")
-        if not _is_int(self.parallelism) or self.parallelism < 1:
+        if not is_int(self.parallelism) or self.parallelism < 1:
             raise RestorePlanError(f"{where}: parallelism must be a positive int, got {self.parallelism!r}")
         if not isinstance(self.states, Mapping):
             raise RestorePlanError(f"{where}: states must be a mapping of name -> kind")
@@ -208,7 +209,7 @@ class SnapshotShape:
         if not isinstance(self.job_id, str) or not self.job_id:
             raise RestorePlanError(f"snapshot job_id must be a non-empty string, got {self.job_id!r}")
         check_one_of(self.kind, SNAPSHOT_KINDS, "snapshot kind")
-        if self.checkpoint_id is not None and (not _is_int(self.checkpoint_id) or self.checkpoint_id < 0):
+        if self.checkpoint_id is not None and (not is_int(self.checkpoint_id) or self.checkpoint_id < 0):
             raise RestorePlanError(f"checkpoint_id must be a non-negative int, got {self.checkpoint_id!r}")
         if self.kind == "checkpoint" and self.checkpoint_id is None:
             raise RestorePlanError("a checkpoint snapshot needs its checkpoint_id")
@@ -247,7 +248,7 @@ class RestoreOptions:
         for name in ("allow_non_restored_state", "allow_foreign"):
             if not isinstance(getattr(self, name), bool):
                 raise RestorePlanError(f"{name} must be a bool, got {getattr(self, name)!r}")
-        if self.parallelism is not None and (not _is_int(self.parallelism) or self.parallelism < 1):
+        if self.parallelism is not None and (not is_int(self.parallelism) or self.parallelism < 1):
             raise RestorePlanError(f"parallelism must be a positive int, got {self.parallelism!r}")
         check_one_of(self.claim_mode, CLAIM_MODES, "claim mode")
         if not isinstance(self.uid_map, Mapping):
@@ -264,7 +265,3 @@ def check_one_of(value: object, allowed: Collection[str], what: str) -> None:
     """Raise :class:`RestorePlanError` (``<what> must be one of a, b, got 'x'``) unless allowed."""
     if value not in allowed:
         raise RestorePlanError(f"{what} must be one of {', '.join(allowed)}, got {value!r}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
