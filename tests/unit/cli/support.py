@@ -8,6 +8,9 @@ import pytest
 
 from spark_jobs.cli import main
 
+RUN = ["--executor", "local", "--time-step-ms", "10000"]
+"""``epochal run`` in process, one epoch per 10 s of simulated time."""
+
 
 def epochal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     """Run ``epochal argv...`` in this process: (exit code, stdout, stderr)."""

@@ -8,16 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.cli import main
+from tests.unit.cli.support import RUN, epochal
 
-RUN = ["--executor", "local", "--time-step-ms", "10000"]
-
-
-def epochal(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
-    """``epochal argv...`` in this process: (exit code, stdout, stderr)."""
-    code = main(list(argv))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
+__all__ = ["RUN", "copy_savepoint", "epochal", "job_with_savepoint"]
 
 
 def job_with_savepoint(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
