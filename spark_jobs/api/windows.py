@@ -73,10 +73,13 @@ class EventTimeSessionWindows:
 
 
 class Aggregate:
-    """One aggregate column. ``arrow`` is the (column, Arrow hash-aggregate) it needs per chunk."""
+    """One aggregate column. ``arrow`` is the (column, Arrow hash-aggregate) it needs per chunk;
+    ``column_merge`` names how the columnar path (``window_columns``) merges a partial into the
+    accumulator -- the same result as ``merge`` -- or is None when only the heap backend can."""
 
     name: str
     arrow: tuple[Any, str]
+    column_merge: str | None = "add"
 
     def partial_column(self) -> str:
         column, fn = self.arrow
@@ -105,6 +108,10 @@ class Sum(Aggregate):
 
 
 class Min(Aggregate):
+    """The smallest value (a chunk of only nulls leaves the accumulator as it is)."""
+
+    column_merge = "min"
+
     def __init__(self, column: str, name: str | None = None) -> None:
         self.name = name or f"min_{column}"
         self.arrow = (column, "min")
@@ -113,16 +120,49 @@ class Min(Aggregate):
         return None
 
     def merge(self, acc: Any, partial: Any) -> Any:
+        if partial is None:
+            return acc
         return partial if acc is None else min(acc, partial)
 
 
 class Max(Min):
+    column_merge = "max"
+
     def __init__(self, column: str, name: str | None = None) -> None:
         self.name = name or f"max_{column}"
         self.arrow = (column, "max")
 
     def merge(self, acc: Any, partial: Any) -> Any:
+        if partial is None:
+            return acc
         return partial if acc is None else max(acc, partial)
+
+
+class First(Min):
+    """The value of the window's first record in arrival order (nulls skipped): within a chunk the
+    record order, across chunks the order of the epoch's cut."""
+
+    column_merge = "first"
+
+    def __init__(self, column: str, name: str | None = None) -> None:
+        self.name = name or f"first_{column}"
+        self.arrow = (column, "first")
+
+    def merge(self, acc: Any, partial: Any) -> Any:
+        return partial if acc is None else acc
+
+
+class Last(Min):
+    """The value of the window's last record in arrival order (nulls skipped)."""
+
+    column_merge = "last"
+
+    def __init__(self, column: str, name: str | None = None) -> None:
+        self.name = name or f"last_{column}"
+        self.arrow = (column, "last")
+
+    def merge(self, acc: Any, partial: Any) -> Any:
+        return acc if partial is None else partial
 
 
 class Aggregates:

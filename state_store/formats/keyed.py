@@ -53,6 +53,7 @@ from state_store.formats.json_codec import (
     key_to_json,
     value_to_json,
 )
+from state_store.formats.typed_columns import TYPED_FORMAT_VERSION, from_typed_table, typed_table
 
 FAST_CODEC = True
 """Bulk JSON parsing and int fast paths (same bytes, same rows); off only in ``bench/ablation.py``."""
@@ -60,9 +61,10 @@ INT_COLUMNS = True
 """Native files of counters and window accumulators use the int64 layout (``int_columns``); off
 only in ``bench/ablation.py`` (then every file has the text layout)."""
 FORMAT_NAME = "epochal-keyed-state"
-FORMAT_VERSION = INT_FORMAT_VERSION
-"""The newest format version this module reads. It writes version 1 (the text layout below) and
-version 2 (``int_columns``: the int64 layout, native files only)."""
+FORMAT_VERSION = TYPED_FORMAT_VERSION
+"""The newest format version this module reads. It writes version 1 (the text layout below),
+version 2 (``int_columns``: the int64 layout) and version 3 (``typed_columns``: floats, bools and
+string keys as typed columns); 2 and 3 in native files only."""
 TEXT_FORMAT_VERSION = 1
 FORMATS = ("arrow", "parquet")
 _REMEDY = "restore from an earlier checkpoint or a savepoint"
@@ -98,9 +100,12 @@ def encode_key_groups(part: KeyedStateSnapshot, fmt: str = "arrow") -> bytes:
     two give the same text per cell, and the table is written as one record batch either way, so
     a file's bytes do not depend on which path encoded which run."""
     _check_fmt(fmt)
-    typed = int_table(part, _metadata(part)) if fmt == "arrow" and INT_COLUMNS else None
-    if typed is not None:
-        return _write(typed, fmt)
+    if fmt == "arrow" and INT_COLUMNS:
+        typed = int_table(part, _metadata(part))
+        if typed is None:
+            typed = typed_table(part, _metadata(part))
+        if typed is not None:
+            return _write(typed, fmt)
     chunks: dict[str, list[pa.Array]] = {name: [] for name in SCHEMA.names}
     for kg, states in part.key_groups.items():
         for name, rows in states.items():
@@ -256,7 +261,8 @@ def decode_key_groups(
 
     ``int_rows``: a file holding one run of a single-value state whose keys, namespaces and values
     are ints and equally long lists of ints, without expiries, decodes to an :class:`IntRows`
-    (the same rows, as int64 columns, parsed by Arrow); other files decode as usual."""
+    (the same rows, as int64 columns, parsed by Arrow); a file in the typed layout (version 3)
+    decodes to ``TypedRows``; other files decode as usual."""
     _check_fmt(fmt)
     try:
         table = ipc.open_stream(pa.py_buffer(data)).read_all() if fmt == "arrow" else read_parquet(data)
@@ -287,6 +293,13 @@ def _from_table(table: pa.Table, int_rows: bool = False) -> KeyedStateSnapshot:
     first, last = json.loads(meta["epochal.key_group_range"])
     rng = KeyGroupRange(int(first), int(last))
     kinds = {n: StateKind(k) for n, k in json.loads(meta["epochal.state_kinds"]).items()}
+    if version >= TYPED_FORMAT_VERSION:
+        return KeyedStateSnapshot(
+            max_parallelism=int(meta["epochal.max_parallelism"]),
+            key_group_range=rng,
+            kinds=kinds,
+            key_groups=from_typed_table(table, meta, rng, kinds, int_rows),
+        )
     if version >= INT_FORMAT_VERSION:
         return KeyedStateSnapshot(
             max_parallelism=int(meta["epochal.max_parallelism"]),

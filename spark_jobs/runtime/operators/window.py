@@ -28,6 +28,8 @@ from spark_jobs.api.windows import (
     Aggregates,
     Count,
     EventTimeSessionWindows,
+    First,
+    Last,
     Max,
     Min,
     Sum,
@@ -36,7 +38,7 @@ from spark_jobs.api.windows import (
 from spark_jobs.runtime.keys import KeySpec, key_groups
 from spark_jobs.runtime.operators.base import OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
-from spark_jobs.runtime.operators.window_columns import WindowColumns
+from spark_jobs.runtime.operators.window_columns import Refused, WindowColumns
 from state_store.core.state import KeyedStateSnapshot, StateKind, ValueStateDescriptor
 from state_store.core.stream import MIN_TIMESTAMP
 from state_store.core.stream.timers import InternalTimer
@@ -83,7 +85,7 @@ class WindowOperator(KeyedOperator):
         self._results: list[tuple[Any, int, int, list[Any]]] = []
         self.late_records = 0
         self.columnar_restore = (
-            COLUMNAR and self.indexed and all(type(a) in (Count, Sum) for a in self.aggs.aggregates)
+            COLUMNAR and self.indexed and all(a.column_merge is not None for a in self.aggs.aggregates)
         )
         """Columnar mode is possible: the runtime decodes this operator's state files to int columns."""
         self.fallback: str | None = None if self.columnar_restore else self._why_not_columnar()
@@ -101,8 +103,13 @@ class WindowOperator(KeyedOperator):
             return f"allowed lateness of {self.lateness} ms"
         if not (COLUMNAR and INDEXED_FIRING):
             return "the columnar path is switched off"
-        other = [a for a in self.aggs.aggregates if type(a) not in (Count, Sum)]
-        return f"aggregate {type(other[0]).__name__} (only Count and Sum have columns)" if other else "?"
+        other = [a for a in self.aggs.aggregates if a.column_merge is None]
+        return f"aggregate {type(other[0]).__name__} (it has no columnar merge)" if other else "?"
+
+    def _column_merges(self) -> list[str]:
+        merges = [a.column_merge for a in self.aggs.aggregates]
+        assert all(m is not None for m in merges)
+        return [m for m in merges if m is not None]
 
     def _fall_back(self, reason: str) -> None:
         """Record (and log once per process and operator) that the heap backend holds the windows."""
@@ -118,7 +125,7 @@ class WindowOperator(KeyedOperator):
 
     def open(self, ctx: Any, restored: Any) -> None:
         if self.columnar_restore:
-            self.cols = WindowColumns(len(self.aggs.aggregates))
+            self.cols = WindowColumns(self._column_merges())
         elif self.fallback is not None:
             self._fall_back(self.fallback)
         super().open(ctx, restored)
@@ -131,19 +138,24 @@ class WindowOperator(KeyedOperator):
         self._restored_from = restored.checkpoint_id
         if self.cols is not None and not any(restored.timers.values()):
             cols = WindowColumns.restore(
-                self.cols.width,
+                self.cols.merges,
                 restored.keyed,
                 self.acc.name,
                 self.backend.key_groups,
                 None
                 if restored.trusted_key_groups
-                else lambda keys: key_groups(pa.array(keys), self.backend.max_parallelism),
+                else lambda keys: key_groups(
+                    keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
+                ),
             )
             if cols is not None:
                 self.cols = cols
                 return
         if self.cols is not None:
-            self._fall_back("its restored state is not integer columns (an earlier epoch left the fast path)")
+            self._fall_back(
+                "its restored state does not have columns (an earlier epoch left the fast path, or two "
+                "string keys share a 64-bit hash)"
+            )
         self.cols = None  # timers from an older checkpoint, or entries of another shape
         super().restore_keyed(restored)
 
@@ -156,8 +168,9 @@ class WindowOperator(KeyedOperator):
             self.backend.restore([], from_checkpoint=self._restored_from)  # the base of reuse
         bulk = self.backend.bulk(self.acc)
         for ws, run in sorted(cols.entries().items()):
-            keys = run.keys.tolist()
-            bulk.put_many(keys, run.acc.tolist(), namespace=ws)
+            keys = run.keys.to_pylist() if isinstance(run.keys, pa.Array) else run.keys.tolist()
+            accs = [list(acc) for acc in zip(*(slot.tolist() for slot in run.slots))]
+            bulk.put_many(keys, accs, namespace=ws)
             self._pending[ws] = keys
         self.backend.mark_changed(cols.changed)
 
@@ -211,16 +224,18 @@ class WindowOperator(KeyedOperator):
         if not due:
             return
         runs = [self.cols.pop(ws) for ws in due]
-        keys = np.concatenate([r.keys for r in runs])
-        starts = np.concatenate([np.full(len(r.keys), ws, dtype=np.int64) for ws, r in zip(due, runs)])
-        acc = np.concatenate([r.acc for r in runs])
+        if isinstance(runs[0].keys, pa.Array):
+            keys: Any = pa.concat_arrays([r.keys for r in runs])
+        else:
+            keys = pa.array(np.concatenate([r.keys for r in runs]), pa.int64())
+        starts = np.concatenate([np.full(len(r.index), ws, dtype=np.int64) for ws, r in zip(due, runs)])
         columns: dict[str, Any] = {
-            self.key_name: pa.array(keys, pa.int64()),
+            self.key_name: keys,
             "window_start": pa.array(starts, pa.int64()),
             "window_end": pa.array(starts + size, pa.int64()),
         }
         for j, agg in enumerate(self.aggs.aggregates):
-            columns[agg.name] = pa.array(acc[:, j], pa.int64())
+            columns[agg.name] = pa.array(np.concatenate([r.slots[j] for r in runs]))
         columns["_ts"] = pa.array(starts + (size - 1), pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
 
@@ -255,7 +270,7 @@ class WindowOperator(KeyedOperator):
                 columns[column] = batch.column(column).take(pa.array(rows))
         grouped = (
             pa.table(columns)
-            .group_by([self.key_name, "_ws"])
+            .group_by([self.key_name, "_ws"], use_threads=False)
             .aggregate([agg.arrow for agg in self.aggs.aggregates])
         )
         bulk = self.backend.bulk(self.acc)
@@ -295,20 +310,25 @@ class WindowOperator(KeyedOperator):
         self.flush_timer_output()
 
     def _process_columns(self, batch: pa.RecordBatch) -> bool:
-        """The columnar ``process_batch``; False (and nothing done) when the batch does not fit
-        the columns: keys or summed columns that are not non-null integers, or sums beyond ``SAFE``."""
+        """The columnar ``process_batch``; False (and nothing done) when the batch does not fit the
+        columns: keys that are not non-null ints or strings, aggregated columns that are not non-null
+        ints, floats or bools, sums beyond ``SAFE``, a string-key hash collision (``Refused``)."""
         assert self.cols is not None
         keys = self.keys_of(batch)
-        if not pa.types.is_integer(keys.type) or keys.null_count:
+        if pa.types.is_large_string(keys.type):
+            keys = keys.cast(pa.string())
+        if not (pa.types.is_integer(keys.type) or pa.types.is_string(keys.type)) or keys.null_count:
             self._fall_back(f"keys of type {keys.type}{' with nulls' if keys.null_count else ''}")
             return False
         for agg in self.aggs.aggregates:
             column, _ = agg.arrow
-            if column != [] and (
-                not pa.types.is_integer(batch.schema.field(column).type) or batch.column(column).null_count
-            ):
+            if column == []:
+                continue
+            kind = batch.schema.field(column).type
+            fits = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+            if not fits or batch.column(column).null_count:
                 nulls = " with nulls" if batch.column(column).null_count else ""
-                self._fall_back(f"column {column!r} of type {batch.schema.field(column).type}{nulls}")
+                self._fall_back(f"column {column!r} of type {kind}{nulls}")
                 return False
         ts = event_times(batch)
         rows, starts = self.assigner.assign(ts)
@@ -316,7 +336,7 @@ class WindowOperator(KeyedOperator):
         live = starts + size - 1 > self.watermark  # no allowed lateness in columnar mode
         late_rows = _late_rows(batch.num_rows, rows, live)
         rows, starts = rows[live], starts[live]
-        merged: list[tuple[int, Any, Any, Any]] = []
+        chunks: list[tuple[int, Any, Any, Any]] = []
         if len(rows):
             taken = pa.array(rows)
             columns: dict[str, Any] = {self.key_name: keys.take(taken), "_ws": starts}
@@ -326,36 +346,36 @@ class WindowOperator(KeyedOperator):
                     columns[column] = batch.column(column).take(taken)
             grouped = (
                 pa.table(columns)
-                .group_by([self.key_name, "_ws"])
+                .group_by([self.key_name, "_ws"], use_threads=False)
                 .aggregate([agg.arrow for agg in self.aggs.aggregates])
             )
+            partials = [_partial_slot(grouped.column(a.partial_column())) for a in self.aggs.aggregates]
+            bad = next((p for p in partials if isinstance(p, str)), None)
+            if bad is not None:
+                self._fall_back(bad)
+                return False
             group_keys = grouped.column(self.key_name).combine_chunks()
-            partials = np.column_stack(
-                [
-                    grouped.column(a.partial_column()).to_numpy().astype(np.int64, copy=False)
-                    for a in self.aggs.aggregates
-                ]
-            )
             window_starts = grouped.column("_ws").to_numpy()
             kgs = key_groups(group_keys, self.backend.max_parallelism)
-            key_values = group_keys.to_numpy(zero_copy_only=False).astype(np.int64)
+            string = pa.types.is_string(group_keys.type)
+            key_values = group_keys if string else group_keys.to_numpy(zero_copy_only=False).astype(np.int64)
             outside = np.nonzero(
                 (kgs < self.backend.key_groups.first) | (kgs > self.backend.key_groups.last)
             )[0]
             if len(outside):
-                self.backend.set_current_key(int(key_values[outside[0]]))  # raises KeyOutOfRangeError
-            unique_starts = np.unique(window_starts)
-            if not self.cols.fits(unique_starts.tolist(), partials):
-                self._fall_back("a sum beyond the exact int64 range (2**62)")
-                return False
-            for ws in unique_starts.tolist():
+                self.backend.set_current_key(group_keys[int(outside[0])].as_py())  # raises KeyOutOfRangeError
+            for ws in np.unique(window_starts).tolist():
                 idx = np.nonzero(window_starts == ws)[0]
-                merged.append((ws, key_values[idx], kgs[idx], partials[idx]))
+                ws_keys = key_values.take(pa.array(idx)) if string else key_values[idx]
+                chunks.append((ws, ws_keys, kgs[idx], [p[idx] for p in partials]))
+        try:
+            self.cols.merge_all(chunks)
+        except Refused as refused:
+            self._fall_back(str(refused))
+            return False
         if len(late_rows):
             self.late_records += len(late_rows)
             self.out.side("late", batch.take(pa.array(late_rows)))
-        for ws, k, g, p in merged:
-            self.cols.merge(ws, k, g, p)
         return True
 
     def _process_sessions(self, batch: pa.RecordBatch) -> None:
@@ -456,8 +476,27 @@ def _late_rows(num_rows: int, rows: np.ndarray[Any, Any], live: np.ndarray[Any, 
     return late
 
 
+def _partial_slot(column: Any) -> np.ndarray[Any, Any] | str:
+    """A partial-aggregate column as the slot array the columns merge (int64, float64 or bool, the
+    values ``to_pylist`` gives the heap backend), or the reason it has none."""
+    column = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    kind = column.type
+    if column.null_count:
+        return f"a partial aggregate of type {kind} with nulls"
+    if pa.types.is_integer(kind):
+        try:
+            return np.asarray(column.cast(pa.int64()).to_numpy())
+        except pa.ArrowInvalid:
+            return f"a partial aggregate of type {kind} beyond int64"
+    if pa.types.is_floating(kind):
+        return np.asarray(column.cast(pa.float64()).to_numpy())
+    if pa.types.is_boolean(kind):
+        return np.asarray(column.to_numpy(zero_copy_only=False))
+    return f"a partial aggregate of type {kind}"
+
+
 _INT_SAFE = 1 << 62
-_IDENTITY_RESULT = (Count, Sum, Min, Max)
+_IDENTITY_RESULT = (Count, Sum, Min, Max, First, Last)
 
 
 def _vector_partials(aggs: Aggregates, columns: list[Any]) -> np.ndarray[Any, Any] | None:

@@ -153,7 +153,7 @@ def _with_meta(**changes: str) -> Any:
     [
         (_with_meta(**{"epochal.layout": "float32"}), "layout"),
         (_with_meta(**{"epochal.state": "other"}), "not a single-value state"),
-        (_with_meta(**{"epochal.format_version": "3"}), "newer than this Epochal supports"),
+        (_with_meta(**{"epochal.format_version": "4"}), "newer than this Epochal supports"),
         (_with_meta(**{"epochal.key_group_range": "[0, 0]"}), "outside range"),
         (lambda t: t.set_column(1, "key", t.column("key").cast(pa.string())), "columns"),
         (lambda t: t.set_column(1, "key", pa.array([None, 2], pa.int64())), "null keys"),

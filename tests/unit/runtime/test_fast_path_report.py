@@ -20,10 +20,16 @@ from state_store.core.manifests import CompletedMetadata
 from state_store.storage import open_store
 from tests.unit.runtime.test_window_columns import STEP, window_job
 
+FLOATS = {"on": False}
 
-def _float_values(batch: pa.RecordBatch) -> pa.RecordBatch:
+
+def _floats_when_switched_on(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """``value`` as floats once the test switches them on (a column whose type changes between
+    epochs, as after an upstream schema change)."""
+    if not FLOATS["on"]:
+        return batch
     i = batch.schema.get_field_index("value")
-    return batch.set_column(i, "value", pc.cast(batch.column("value"), pa.float64()))
+    return batch.set_column(i, "value", pc.add(pc.cast(batch.column("value"), pa.float64()), 0.25))
 
 
 def _window_metrics(tmp: Path, job: Any, epochs: int = 2) -> list[list[dict[str, Any]]]:
@@ -51,17 +57,35 @@ def test_the_fast_path_reports_nothing(tmp_path: Path, caplog: pytest.LogCapture
     assert "slow path" not in caplog.text
 
 
-def test_float_sums_name_the_column_once_in_the_log_and_in_every_ack(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+def test_a_column_that_changes_type_is_named_once_in_the_log_and_in_the_acks(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setitem(FLOATS, "on", False)
+    job = window_job(transform=_floats_when_switched_on)
     with caplog.at_level(logging.WARNING, logger=window.__name__):
-        first, second = _window_metrics(tmp_path, window_job(transform=_float_values))
-    assert {m.get("heap_fallback") for m in first} == {"column 'value' of type double"}
-    restored = "its restored state is not integer columns (an earlier epoch left the fast path)"
-    assert {m.get("heap_fallback") for m in second} == {restored}
+        (ints,) = _window_metrics(tmp_path / "ints", job, epochs=1)
+        uri = (tmp_path / "mixed").as_uri()
+        clock = ManualClock(1_700_000_000_000)
+        metrics = []
+        for n in range(1, 4):
+            monkeypatch.setitem(FLOATS, "on", n >= 2)
+            clock.advance(STEP)
+            assert run_cycle(job, uri, clock, executor="local").status == "completed"
+            meta = documents.read(open_store(uri), JobLayout(job.job_id).metadata(n), CompletedMetadata)
+            metrics.append([t.metrics.get("heap_fallback") for t in meta.tasks if t.task.uid == "per-user"])
+    assert all("heap_fallback" not in m for m in ints)
+    assert metrics[0] == [None, None]  # int sums: the fast path
+    changed = "aggregate columns of type int64/float64 after int64/int64"
+    assert set(metrics[1]) == {changed}  # each subtask restored int sums, then met floats
+    restored = (
+        "its restored state does not have columns (an earlier epoch left the fast path, or two string "
+        "keys share a 64-bit hash)"
+    )
+    assert set(metrics[2]) <= {None, restored}
     lines = [r.getMessage() for r in caplog.records if "slow path" in r.getMessage()]
     prefix = "window operator 'per-user' keeps its state on the heap backend (the slow path): "
-    assert lines == [prefix + "column 'value' of type double", prefix + restored]  # once each
+    assert lines[0] == prefix + changed and lines.count(prefix + changed) == 1  # once per process
+    assert set(lines) <= {prefix + changed, prefix + restored}
 
 
 def test_a_shape_the_columns_do_not_cover_is_reported_from_the_first_epoch(

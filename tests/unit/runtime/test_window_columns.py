@@ -84,14 +84,14 @@ def run(
     """Run ``len(columnar)`` epochs; return committed rows, the latest state digest and how many
     chunks the columnar path merged."""
     merges = 0
-    original = WindowColumns.merge
+    original = WindowColumns.merge_all
 
-    def counting(self: WindowColumns, *args: Any) -> None:
+    def counting(self: WindowColumns, chunks: Any) -> None:
         nonlocal merges
-        merges += 1
-        original(self, *args)
+        merges += bool(chunks)
+        original(self, chunks)
 
-    monkeypatch.setattr(WindowColumns, "merge", counting)
+    monkeypatch.setattr(WindowColumns, "merge_all", counting)
     uri = tmp.as_uri()
     clock = ManualClock(DEFAULT_START_MS)
     job = window_job(**job_args)
@@ -195,14 +195,31 @@ def test_restore_refuses_keys_under_the_wrong_key_group_and_duplicates() -> None
 
 
 @pytest.mark.parametrize(
-    "row",
-    [StateRow("a", 0, [1, 2], None), StateRow(1, None, [1, 2], None), StateRow(1, 0, [1, 2.5], None),
-     StateRow(1, 0, [1], None), StateRow(True, 0, [1, 2], None), StateRow(1, 0, [1, 2], 99)],
-    ids=["str-key", "no-window", "float", "narrow", "bool-key", "expiry"],
+    "rows",
+    [[StateRow((1, "a"), 0, [1, 2], None)], [StateRow(1, None, [1, 2], None)], [StateRow(1, 0, [1], None)],
+     [StateRow(True, 0, [1, 2], None)], [StateRow(1, 0, [1, 2], 99)], [StateRow(1, 0, [1, "x"], None)],
+     [StateRow(1, 0, [1, 2], None), StateRow(2, 0, [1, 2.5], None)],
+     [StateRow(1, 0, [1, 2], None), StateRow("a", 0, [1, 2], None)]],
+    ids=["tuple-key", "no-window", "narrow", "bool-key", "expiry", "str-value", "int-and-float-slot",
+         "int-and-str-keys"],
 )  # fmt: skip
-def test_restore_leaves_other_shapes_to_the_heap_backend(row: StateRow) -> None:
-    snap = _snapshot({1: [row]})
+def test_restore_leaves_other_shapes_to_the_heap_backend(rows: list[StateRow]) -> None:
+    snap = _snapshot({1: rows})
     assert WindowColumns.restore(2, [snap], "acc", KeyGroupRange(0, 31), lambda k: np.ones(len(k))) is None
+
+
+@pytest.mark.parametrize(
+    "rows",
+    [[StateRow("a", 0, [1, 2], None), StateRow("b", 10, [2, 3], None)],
+     [StateRow(1, 0, [1, 2.5], None), StateRow(2, 0, [1, -0.0], None)],
+     [StateRow("é", 0, [1, float("nan")], None)], [StateRow(1, 0, [3, True], None)]],
+    ids=["str-keys", "float-slot", "unicode-key-nan", "bool-slot"],
+)  # fmt: skip
+def test_restore_takes_string_keys_and_float_or_bool_slots(rows: list[StateRow]) -> None:
+    cols = WindowColumns.restore(2, [_snapshot({1: rows})], "acc", KeyGroupRange(0, 31), None)
+    assert cols is not None
+    back = [row for r in cols.snapshot_rows().values() for row in r]
+    assert sorted(map(repr, back)) == sorted(map(repr, rows))  # repr: NaN == NaN, -0.0 kept
 
 
 def test_snapshots_are_int_rows_that_later_merges_do_not_change() -> None:

@@ -1,0 +1,235 @@
+"""The typed layout of native state files (format version 3): window accumulators of floats, bools
+and ints, over int or string keys, as typed columns -- no JSON text for any cell.
+
+Format version 2 (``int_columns``) covers int keys with int values; this layout covers the rest of
+the fixed-width shape. A native (Arrow IPC) file whose rows all have this shape is written in this
+layout; other files keep version 1 or 2, and every Parquet file keeps the text layout::
+
+    one state of a single-value kind (value, reducing, aggregating), and in every row:
+    key        an int (within int64, not a bool) -- or a str -- the same in the whole file
+    namespace  an int or None
+    value      a list of ``w >= 1`` scalars; slot ``j`` is an int (within int64), a float or a bool,
+               the same type in every row
+    expiry_ms  None
+
+Schema (one row per entry, key groups ascending, each key group's rows in snapshot order)::
+
+    key_group  int32             not null
+    key        int64 | string    not null
+    namespace  int64             null = None
+    value      struct<s0: t0, ..., s{w-1}: t{w-1}>, t in {int64, double, bool}   not null, no nulls
+
+Schema metadata: that of version 1 with ``epochal.format_version`` = 3, ``epochal.layout`` =
+``typed`` and ``epochal.state`` = the state's name.
+
+Invariants: the decision depends only on the rows (a ``TypedRows`` and the tuple rows it stands for
+give the same bytes: heap and columnar operators write identical files); decoding yields exactly the
+rows that were encoded (floats bit for bit, -0.0 and NaN included), as ``TypedRows`` for a caller
+that asks for them when every namespace is an int, else as tuples of rows.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+from numpy.typing import NDArray
+
+from state_store.core.keygroups import KeyGroupRange
+from state_store.core.state.descriptors import StateKind
+from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.int_rows import IntRows
+from state_store.formats.typed_rows import TypedRows, key_list
+
+TYPED_LAYOUT = "typed"
+TYPED_FORMAT_VERSION = 3
+SINGLE_VALUE = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING})
+_ARROW = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64(), np.dtype(np.bool_): pa.bool_()}
+_DTYPE = {int: np.dtype(np.int64), float: np.dtype(np.float64), bool: np.dtype(np.bool_)}
+
+_new_row = tuple.__new__
+
+
+def typed_table(part: KeyedStateSnapshot, metadata: Mapping[str, str]) -> pa.Table | None:
+    """``part`` in the typed layout, or None when a row does not have its shape (module docstring)."""
+    names = {name for states in part.key_groups.values() for name, rows in states.items() if len(rows)}
+    if len(names) != 1:
+        return None
+    (name,) = names
+    if part.kinds.get(name) not in SINGLE_VALUE:
+        return None
+    runs: list[tuple[int, _Run]] = []
+    for kg in sorted(part.key_groups):
+        rows = part.key_groups[kg].get(name)
+        if rows is not None and len(rows):
+            run = _run(rows)
+            if run is None:
+                return None
+            runs.append((kg, run))
+    if len({run.signature for _, run in runs}) != 1:
+        return None
+    string_keys, dtypes = runs[0][1].signature
+    if not string_keys and all(d == np.int64 for d in dtypes):
+        return None  # the int64 layout's shape (format version 2)
+    if string_keys:
+        keys: Any = pa.concat_arrays([r.keys for _, r in runs])
+    else:
+        keys = pa.array(np.concatenate([r.keys for _, r in runs]))
+    namespaces = np.concatenate([r.namespaces for _, r in runs])
+    valid = None
+    if any(r.ns_valid is not None for _, r in runs):
+        valid = np.concatenate(
+            [np.ones(len(r.namespaces), np.bool_) if r.ns_valid is None else r.ns_valid for _, r in runs]
+        )
+    slots = [np.concatenate([r.slots[j] for _, r in runs]) for j in range(len(dtypes))]
+    kgs = np.concatenate([np.full(len(r.namespaces), kg, dtype=np.int32) for kg, r in runs])
+    value_arr = pa.StructArray.from_arrays(
+        [pa.array(s, _ARROW[s.dtype]) for s in slots], names=[f"s{j}" for j in range(len(slots))]
+    )
+    schema = pa.schema(
+        [
+            pa.field("key_group", pa.int32(), nullable=False),
+            pa.field("key", keys.type, nullable=False),
+            pa.field("namespace", pa.int64(), nullable=True),
+            pa.field("value", value_arr.type, nullable=False),
+        ],
+        metadata={
+            **metadata,
+            "epochal.format_version": str(TYPED_FORMAT_VERSION),
+            "epochal.layout": TYPED_LAYOUT,
+            "epochal.state": name,
+        },
+    )
+    ns_arr = pa.array(namespaces, mask=None if valid is None else ~valid)
+    return pa.Table.from_arrays([pa.array(kgs), keys, ns_arr, value_arr], schema=schema)
+
+
+class _Run:
+    """One key group's rows as arrays; ``signature`` = (string keys?, slot dtypes)."""
+
+    __slots__ = ("keys", "namespaces", "ns_valid", "signature", "slots")
+
+    def __init__(
+        self,
+        keys: Any,
+        namespaces: NDArray[np.int64],
+        ns_valid: NDArray[np.bool_] | None,
+        slots: Sequence[NDArray[Any]],
+    ) -> None:
+        self.keys, self.namespaces, self.ns_valid, self.slots = keys, namespaces, ns_valid, tuple(slots)
+        self.signature = (isinstance(keys, pa.Array), tuple(s.dtype for s in self.slots))
+
+
+def _run(rows: Sequence[StateRow]) -> _Run | None:
+    if isinstance(rows, TypedRows):
+        return _Run(rows.keys, rows.namespaces, None, rows.slots)
+    if isinstance(rows, IntRows):
+        return _Run(
+            rows.keys, rows.namespaces, None, [rows.values[:, j] for j in range(rows.values.shape[1])]
+        )
+    keys, namespaces, values, expiry = (list(c) for c in zip(*rows))
+    key_types = set(map(type, keys))
+    if key_types not in ({int}, {str}) or set(expiry) != {None}:
+        return None
+    ns_types = set(map(type, namespaces))
+    if not ns_types <= {int, type(None)} or set(map(type, values)) != {list}:
+        return None
+    widths = set(map(len, values))
+    if len(widths) != 1 or 0 in widths:
+        return None
+    valid = None
+    if type(None) in ns_types:
+        valid = np.array([ns is not None for ns in namespaces], np.bool_)
+        namespaces = [0 if ns is None else ns for ns in namespaces]
+    slots = []
+    try:
+        for column in zip(*values):
+            types = set(map(type, column))
+            if len(types) != 1 or (dtype := _DTYPE.get(types.pop())) is None:
+                return None
+            slots.append(np.array(column, dtype))
+        key_arr: Any = pa.array(keys, pa.string()) if key_types == {str} else np.array(keys, np.int64)
+        return _Run(key_arr, np.array(namespaces, np.int64), valid, slots)
+    except (OverflowError, pa.ArrowInvalid):  # an int beyond int64: the text layout writes it exactly
+        return None
+
+
+def from_typed_table(
+    table: pa.Table,
+    meta: Mapping[str, str],
+    rng: KeyGroupRange,
+    kinds: Mapping[str, StateKind],
+    typed_rows: bool,
+) -> dict[int, dict[str, Any]]:
+    """The key groups of a file in the typed layout; ValueError (the caller names the file) when it
+    is not exactly that layout. ``typed_rows``: runs with int namespaces come back as ``TypedRows``
+    (views of the file's buffers), others as tuples of rows."""
+    if meta.get("epochal.layout") != TYPED_LAYOUT:
+        raise ValueError(f"format_version {TYPED_FORMAT_VERSION} needs epochal.layout {TYPED_LAYOUT!r}")
+    name = meta.get("epochal.state", "")
+    if kinds.get(name) not in SINGLE_VALUE:
+        raise ValueError(f"its state {name!r} is not a single-value state of its state_kinds")
+    types = {f.name: f.type for f in table.schema}
+    value_type = types.get("value")
+    if (
+        types.get("key_group") != pa.int32()
+        or types.get("key") not in (pa.int64(), pa.string())
+        or types.get("namespace") != pa.int64()
+        or not isinstance(value_type, pa.StructType)
+        or value_type.num_fields == 0
+        or any(value_type.field(j).type not in _ARROW.values() for j in range(value_type.num_fields))
+    ):
+        raise ValueError(f"its columns {types} are not those of the typed layout")
+    table = table.combine_chunks()
+
+    def column(name: str) -> pa.Array:
+        chunks = table.column(name).chunks
+        return chunks[0] if chunks else pa.array([], types[name])
+
+    key_col, value_col = column("key"), column("value")
+    fields = [value_col.field(j) for j in range(value_type.num_fields)]
+    if key_col.null_count or value_col.null_count or any(f.null_count for f in fields):
+        raise ValueError("it has null keys or values")
+    kg_of_row = column("key_group").to_numpy()
+    if len(kg_of_row) > 1 and bool(np.any(np.diff(kg_of_row) < 0)):
+        raise ValueError("its key groups are not in ascending order")
+    keys: Any = key_col if key_col.type == pa.string() else key_col.to_numpy()
+    ns_col = column("namespace")
+    namespaces = ns_col.to_numpy() if ns_col.null_count == 0 else None
+    slots = [f.to_numpy(zero_copy_only=False) for f in fields]
+    starts = np.flatnonzero(np.diff(kg_of_row)) + 1 if len(kg_of_row) > 1 else np.zeros(0, np.int64)
+    bounds = [0, *starts.tolist(), len(kg_of_row)] if len(kg_of_row) else [0]
+    out: dict[int, dict[str, Any]] = {}
+    for a, b in itertools.pairwise(bounds):
+        kg = int(kg_of_row[a])
+        if kg not in rng:
+            raise ValueError(f"a row of key group {kg} lies outside range {rng}")
+        run_keys = keys.slice(a, b - a) if isinstance(keys, pa.Array) else keys[a:b]
+        if typed_rows and namespaces is not None:
+            out[kg] = {name: TypedRows(run_keys, namespaces[a:b], [s[a:b] for s in slots])}
+            continue
+        ns_list = namespaces[a:b].tolist() if namespaces is not None else ns_col.slice(a, b - a).to_pylist()
+        values = map(list, zip(*(s[a:b].tolist() for s in slots)))
+        out[kg] = {
+            name: tuple(
+                _new_row(StateRow, row)
+                for row in zip(key_list(run_keys), ns_list, values, itertools.repeat(None))
+            )
+        }
+    return out
+
+
+def typed_rows_of(rows: Sequence[StateRow]) -> TypedRows | None:
+    """``rows`` as ``TypedRows`` (an ``IntRows`` becomes one slot per column; tuple rows are checked
+    row by row), or None when they do not have the typed shape with int namespaces."""
+    if isinstance(rows, TypedRows):
+        return rows
+    if not len(rows):
+        return None
+    run = _run(rows)
+    if run is None or run.ns_valid is not None:
+        return None
+    return TypedRows(run.keys, run.namespaces, run.slots)
