@@ -56,6 +56,12 @@ COLUMNAR = True
 backend; ablation and equivalence tests only)."""
 
 
+RESTORED_WITHOUT_COLUMNS = (
+    "its restored state does not have columns (an earlier epoch left the fast path, or two string keys "
+    "share a 64-bit hash)"
+)
+
+
 def event_times(batch: pa.RecordBatch) -> np.ndarray[Any, np.dtype[np.int64]]:
     index = batch.schema.get_field_index(TS)
     if index < 0:
@@ -152,10 +158,7 @@ class WindowOperator(KeyedOperator):
                 self.cols = cols
                 return
         if self.cols is not None:
-            self._fall_back(
-                "its restored state does not have columns (an earlier epoch left the fast path, or two "
-                "string keys share a 64-bit hash)"
-            )
+            self._fall_back(RESTORED_WITHOUT_COLUMNS)
         self.cols = None  # timers from an older checkpoint, or entries of another shape
         super().restore_keyed(restored)
 

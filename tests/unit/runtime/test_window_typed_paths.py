@@ -1,0 +1,341 @@
+"""The columnar window paths beyond int Count/Sum -- string keys, float values, Min/Max/First/Last --
+give the heap backend's output and state exactly: on randomized jobs (hypothesis) across snapshots,
+restores and rescales 4 -> 2 -> 8, with the path switched between epochs (either path restores the
+other's files), through a crash at every kill point, and through savepoints written by one path and
+restored on the other.
+
+Each run goes epoch by epoch in process and returns the committed rows and ``state_digest`` of the
+latest checkpoint (every entry, key group, window and accumulator, floats by ``repr``: bit for bit).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from spark_jobs.api.job import Job
+from spark_jobs.api.sinks import ParquetSink
+from spark_jobs.api.windows import (
+    Aggregates,
+    Count,
+    First,
+    Last,
+    Max,
+    Min,
+    SlidingEventTimeWindows,
+    Sum,
+    TumblingEventTimeWindows,
+)
+from spark_jobs.chaos.observe import state_digest
+from spark_jobs.lifecycle.restore import RestoreRequest, restore
+from spark_jobs.lifecycle.savepoint import take_savepoint
+from spark_jobs.runtime.cycle import run_cycle
+from spark_jobs.runtime.operators import window
+from spark_jobs.runtime.operators.window_columns import WindowColumns
+from spark_jobs.sinks import read_committed
+from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
+from state_store.core import CompletedCheckpointStore, JobLayout, killpoints
+from state_store.storage import open_store
+from state_store.testing import KillAt, ManualClock, SimulatedCrash
+
+STEP = 10_000
+AGGREGATES = {
+    "count": lambda: Count(),
+    "sum": lambda: Sum("amount", name="total"),
+    "min": lambda: Min("amount", name="low"),
+    "max": lambda: Max("amount", name="high"),
+    "first": lambda: First("amount", name="opening"),
+    "last": lambda: Last("amount", name="closing"),
+}
+
+
+@dataclass(frozen=True)
+class Variant:
+    string_keys: bool
+    float_values: bool
+    aggregates: tuple[str, ...]
+    sliding: bool
+    seed: int
+    keys: int
+
+
+FLOAT_STRINGS = Variant(True, True, tuple(AGGREGATES), False, 3, 30)
+
+
+def _shape(variant: Variant) -> Any:
+    def shape(batch: pa.RecordBatch) -> pa.RecordBatch:
+        value = batch.column("value")
+        amount = pc.multiply(pc.cast(value, pa.float64()), 0.1) if variant.float_values else value
+        batch = batch.append_column("amount", amount)
+        if not variant.string_keys:
+            key = pc.cast(pc.utf8_slice_codeunits(batch.column("user_id"), 1), pa.int64())
+            batch = batch.set_column(batch.schema.get_field_index("user_id"), "user_id", key)
+        return batch
+
+    return shape
+
+
+def job_of(variant: Variant, parallelism: int) -> Job:
+    job = Job("typed", parallelism=parallelism, max_parallelism=32, chunk_size=48)
+    source = GeneratorSource(
+        uid="clicks", partitions=2, seed=variant.seed, events_per_second=[60, 35],
+        out_of_orderness_ms=[2_000, 700], keys=variant.keys, start_ms=DEFAULT_START_MS,
+    )  # fmt: skip
+    assigner = SlidingEventTimeWindows(10_000, 5_000) if variant.sliding else TumblingEventTimeWindows(10_000)
+    (
+        job.source(source, uid="clicks", out_of_orderness_ms=2_000)
+        .map(_shape(variant))
+        .key_by("user_id")
+        .window(assigner, Aggregates(*(AGGREGATES[a]() for a in variant.aggregates)), uid="per-user")
+        .sink(ParquetSink(), uid="out")
+    )
+    return job
+
+
+def _result(uri: str, job: Job) -> tuple[list[Any], dict[str, Any]]:
+    store = open_store(uri)
+    rows = sorted(repr(tuple(r.values())) for r in read_committed(store, job.job_id, "out").to_pylist())
+    completed, _ = CompletedCheckpointStore.recover(store, JobLayout(job.job_id), 1)
+    latest = completed.latest()
+    assert latest is not None
+    return rows, state_digest(store, latest.metadata, job.max_parallelism)
+
+
+class _Merges:
+    """Counts chunks the columns merged (proof the columnar path ran)."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.count = 0
+        original = WindowColumns.merge_all
+
+        def counting(cols: WindowColumns, chunks: Any) -> None:
+            self.count += bool(chunks)
+            original(cols, chunks)
+
+        monkeypatch.setattr(WindowColumns, "merge_all", counting)
+
+
+def run(
+    uri: str,
+    monkeypatch: pytest.MonkeyPatch,
+    variant: Variant,
+    columnar: list[bool],
+    parallelism: list[int],
+    kill: str | None = None,
+) -> tuple[list[Any], dict[str, Any]]:
+    """One epoch per entry of ``columnar``; with ``kill``, from the second epoch on, the first cycle
+    that reaches the kill point crashes there and the next cycle recovers and runs the epoch again
+    (the clock does not move)."""
+    clock = ManualClock(DEFAULT_START_MS)
+    job = job_of(variant, parallelism[0])
+    crashes = 0
+    for epoch, on in enumerate(columnar):
+        monkeypatch.setattr(window, "COLUMNAR", on)
+        job = job_of(variant, parallelism[epoch])
+        clock.advance(STEP)
+        if kill is not None and epoch >= 1 and not crashes:
+            try:
+                report = run_cycle(job, uri, clock, executor="local", kill=KillAt(kill))  # type: ignore[arg-type]
+            except SimulatedCrash:
+                crashes += 1
+                report = run_cycle(job, uri, clock, executor="local")
+                # after a crash past the commit point the epoch is complete: the cycle only recovers
+                assert report.status in ("completed", "skipped"), report
+                continue
+        else:
+            report = run_cycle(job, uri, clock, executor="local")
+        assert report.status == "completed", report
+    assert kill is None or crashes == 1, f"no cycle reached kill point {kill}"
+    return _result(uri, job)
+
+
+SCALES = [4, 4, 2, 2, 8, 8]
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    st.builds(
+        Variant,
+        string_keys=st.booleans(),
+        float_values=st.booleans(),
+        aggregates=st.lists(st.sampled_from(sorted(AGGREGATES)), min_size=1, max_size=6, unique=True).map(
+            tuple
+        ),
+        sliding=st.booleans(),
+        seed=st.integers(0, 1_000),
+        keys=st.sampled_from([5, 40, 400]),
+    ),
+    st.lists(st.booleans(), min_size=6, max_size=6),
+)
+def test_randomized_jobs_give_the_heap_backends_output_and_state(
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    variant: Variant,
+    mixed: list[bool],
+) -> None:
+    base = tmp_path_factory.mktemp("typed")
+    merges = _Merges(monkeypatch)
+    columns = run((base / "columns").as_uri(), monkeypatch, variant, [True] * 6, SCALES)
+    assert merges.count > 0
+    merges.count = 0
+    heap = run((base / "heap").as_uri(), monkeypatch, variant, [False] * 6, SCALES)
+    assert merges.count == 0
+    assert columns[0], "windows closed"
+    assert columns == heap
+    assert run((base / "mixed").as_uri(), monkeypatch, variant, mixed, SCALES) == heap
+
+
+@pytest.mark.parametrize("point", killpoints.ALL)
+def test_a_crash_at_every_kill_point_recovers_to_the_heap_backends_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    columns = run((tmp_path / "columns").as_uri(), monkeypatch, FLOAT_STRINGS, [True] * 5, SCALES, kill=point)
+    heap = run((tmp_path / "heap").as_uri(), monkeypatch, FLOAT_STRINGS, [False] * 5, SCALES)
+    assert columns[0] and columns == heap
+
+
+def _savepoint_then_restore(tmp: Path, monkeypatch: pytest.MonkeyPatch, write: bool, read: bool) -> Any:
+    """Three epochs on one path, a savepoint, a restore into another store at parallelism 3 and
+    three epochs on the other path."""
+    monkeypatch.setattr(window, "COLUMNAR", write)
+    clock = ManualClock(DEFAULT_START_MS)
+    job = job_of(FLOAT_STRINGS, 2)
+    for _ in range(3):
+        clock.advance(STEP)
+        assert run_cycle(job, (tmp / "prod").as_uri(), clock, executor="local").status == "completed"
+    info = take_savepoint(job, (tmp / "prod").as_uri(), clock, "sp")
+    monkeypatch.setattr(window, "COLUMNAR", read)
+    target = (tmp / "restored").as_uri()
+    rescaled = job_of(FLOAT_STRINGS, 3)
+    restore(rescaled, target, clock, RestoreRequest(source=info["location"]))
+    for _ in range(3):
+        clock.advance(STEP)
+        assert run_cycle(rescaled, target, clock, executor="local").status == "completed"
+    return _result(target, rescaled)
+
+
+def test_a_savepoint_written_by_either_path_restores_on_the_other(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    heap = _savepoint_then_restore(tmp_path / "heap", monkeypatch, False, False)
+    assert heap[0]
+    assert _savepoint_then_restore(tmp_path / "c2h", monkeypatch, True, False) == heap
+    assert _savepoint_then_restore(tmp_path / "h2c", monkeypatch, False, True) == heap
+    assert _savepoint_then_restore(tmp_path / "c2c", monkeypatch, True, True) == heap
+
+
+def _weak_hash(keys: pa.Array) -> Any:
+    """Every key of one length gets one hash: ``u1`` and ``u2`` collide."""
+    return pc.utf8_length(keys).to_numpy().astype("int64")
+
+
+def test_two_string_keys_with_one_64_bit_hash_both_stay_exact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from spark_jobs.runtime.operators import window_columns
+
+    heap = run((tmp_path / "heap").as_uri(), monkeypatch, FLOAT_STRINGS, [False] * 4, SCALES)
+    monkeypatch.setattr(window_columns, "HASH_FUNCTION", _weak_hash)
+    monkeypatch.setattr(window, "_REPORTED", set())
+    collided = run((tmp_path / "weak").as_uri(), monkeypatch, FLOAT_STRINGS, [True] * 4, SCALES)
+    assert collided == heap and heap[0]
+    store = open_store((tmp_path / "weak").as_uri())
+    completed, _ = CompletedCheckpointStore.recover(store, JobLayout("typed"), 1)
+    latest = completed.latest()
+    assert latest is not None
+    reasons = {t.metrics.get("heap_fallback") for t in latest.metadata.tasks if t.task.uid == "per-user"}
+    assert reasons & {"two string keys with the same 64-bit hash", window.RESTORED_WITHOUT_COLUMNS}
+
+
+def test_a_collision_is_refused_before_anything_changes_and_a_restore_leaves_it_to_the_heap() -> None:
+    import numpy as np
+
+    from spark_jobs.runtime.operators import window_columns
+    from spark_jobs.runtime.operators.window_columns import Refused
+    from state_store.core.keygroups import KeyGroupRange
+    from state_store.core.state.descriptors import StateKind
+    from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+
+    cols = WindowColumns(["add"])
+    original = window_columns.HASH_FUNCTION
+    try:
+        window_columns.HASH_FUNCTION = _weak_hash
+        cols.merge(0, pa.array(["ab"]), np.array([1], np.int32), [np.array([1.5])])
+        before = {kg: list(r) for kg, r in cols.snapshot_rows().items()}
+        with pytest.raises(Refused, match="same 64-bit hash"):  # "cd" hashes like "ab"
+            cols.merge_all([(10, pa.array(["x"]), np.array([2], np.int32), [np.array([1.0])]),
+                            (0, pa.array(["cd"]), np.array([1], np.int32), [np.array([2.5])])])  # fmt: skip
+        assert {kg: list(r) for kg, r in cols.snapshot_rows().items()} == before and 10 not in cols.runs
+        with pytest.raises(Refused, match="same 64-bit hash"):  # two new keys of one hash in a chunk
+            cols.merge(0, pa.array(["xy", "zw"]), np.array([1, 1], np.int32), [np.array([1.0, 2.0])])
+        rows = [StateRow("ab", 0, [1.5], None), StateRow("cd", 0, [2.5], None)]
+        snap = KeyedStateSnapshot(32, KeyGroupRange(0, 31), {"acc": StateKind.VALUE}, {1: {"acc": rows}})
+        assert WindowColumns.restore(["add"], [snap], "acc", KeyGroupRange(0, 31), None) is None
+    finally:
+        window_columns.HASH_FUNCTION = original
+    restored = WindowColumns.restore(["add"], [snap], "acc", KeyGroupRange(0, 31), None)
+    assert restored is not None and sorted(restored.runs[0].keys.to_pylist()) == ["ab", "cd"]
+
+
+class _Collect:
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def emit(self, batch: pa.RecordBatch) -> None:
+        self.rows.extend(batch.to_pylist())
+
+    def emit_watermark(self, timestamp: int) -> None:
+        return None
+
+    def side(self, tag: str, batch: pa.RecordBatch) -> None:
+        return None
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.lists(
+            st.tuples(st.sampled_from(["a", "b", "c"]), st.integers(0, 199), st.floats(-1e12, 1e12)),
+            min_size=1,
+            max_size=20,
+        ),
+        min_size=1,
+        max_size=5,
+    ),
+    st.booleans(),
+)
+def test_float_sums_equal_a_sequential_python_reference_bit_for_bit(
+    chunks: list[list[tuple[str, int, float]]], columnar: bool
+) -> None:
+    """The documented order of additions: within a chunk, a window's values are added one by one
+    in record order starting from 0.0 (Arrow's grouped sum); each chunk's partial is then added to
+    the accumulator (``acc + partial``, the accumulator starting at 0)."""
+    from spark_jobs.runtime.operators.base import OperatorContext
+    from state_store.core.keygroups import KeyGroupRange
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(window, "COLUMNAR", columnar)
+        op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count(), Sum("v")), 0)
+        out = _Collect()
+        op.output = out
+        op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+        reference: dict[tuple[str, int], Any] = {}
+        for chunk in chunks:
+            op.process_batch(pa.RecordBatch.from_pylist([{"k": k, "_ts": t, "v": v} for k, t, v in chunk]))
+            partials: dict[tuple[str, int], float] = {}
+            for k, t, v in chunk:
+                window_key = (k, t - t % 100)
+                partials[window_key] = partials.get(window_key, 0.0) + v
+            for window_key, partial in partials.items():
+                reference[window_key] = reference.get(window_key, 0) + partial
+        assert (op.cols is not None) == columnar
+        op.process_watermark(10_000)
+    got = {(r["k"], r["window_start"]): r["sum_v"] for r in out.rows}
+    assert {w: repr(v) for w, v in got.items()} == {w: repr(v) for w, v in reference.items()}
