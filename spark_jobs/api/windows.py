@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from numpy.typing import NDArray
 
 
@@ -94,17 +96,66 @@ class Aggregate:
     def result(self, acc: Any) -> Any:
         return acc
 
+    def record_partial(self, value: Any) -> Any:
+        """The partial of one record whose column holds ``value`` (None for ``Count``'s rows)."""
+        return value
+
+    def slots(self) -> list[Aggregate]:
+        """The aggregates whose accumulators this one keeps (itself; ``Avg``: a sum and a count)."""
+        return [self]
+
+    def output(self, slots: list[pa.Array]) -> pa.Array:
+        """The result column from this aggregate's slot columns (one column per ``slots()``)."""
+        return slots[0]
+
 
 class Count(Aggregate):
     def __init__(self, name: str = "count") -> None:
         self.name = name
         self.arrow = ([], "count_all")
 
+    def record_partial(self, value: Any) -> Any:
+        return 1
+
 
 class Sum(Aggregate):
+    """The sum of a column's values (a chunk of only nulls adds nothing)."""
+
     def __init__(self, column: str, name: str | None = None) -> None:
         self.name = name or f"sum_{column}"
         self.arrow = (column, "sum")
+
+    def merge(self, acc: Any, partial: Any) -> Any:
+        return acc if partial is None else acc + partial
+
+
+class CountOf(Aggregate):
+    """How many non-null values a column has."""
+
+    def __init__(self, column: str, name: str | None = None) -> None:
+        self.name = name or f"count_{column}"
+        self.arrow = (column, "count")
+
+    def record_partial(self, value: Any) -> Any:
+        return int(value is not None)
+
+
+class Avg(Aggregate):
+    """The mean of a column's non-null values, a float (null when there are none). Kept as two
+    slots, the sum and the count (``slots``); the mean is computed when the window fires, by Arrow
+    (``float(sum) / float(count)``: the same on every path, and Spark's ``avg`` for sums below
+    2**53)."""
+
+    def __init__(self, column: str, name: str | None = None) -> None:
+        self.name = name or f"avg_{column}"
+        self.column = column
+
+    def slots(self) -> list[Aggregate]:
+        return [Sum(self.column, name=f"{self.name}.sum"), CountOf(self.column, name=f"{self.name}.count")]
+
+    def output(self, slots: list[pa.Array]) -> pa.Array:
+        total, count = (pc.cast(s, pa.float64()) for s in slots)
+        return pc.if_else(pc.equal(count, 0.0), pa.scalar(None, pa.float64()), pc.divide(total, count))
 
 
 class Min(Aggregate):
@@ -166,7 +217,9 @@ class Last(Min):
 
 
 class Aggregates:
-    """Several aggregates computed together; the accumulator is a list, one slot per aggregate."""
+    """Several aggregates computed together. The accumulator is a list with one slot per *slot
+    aggregate* (``aggregates``: every aggregate's ``slots()``, in order -- one each, two for
+    ``Avg``); ``outputs`` are the aggregates as the user listed them, one result column each."""
 
     def __init__(self, *aggregates: Aggregate) -> None:
         if not aggregates:
@@ -174,7 +227,17 @@ class Aggregates:
         names = [a.name for a in aggregates]
         if len(set(names)) != len(names):
             raise ValueError(f"aggregate names must be unique, got {names}")
-        self.aggregates = aggregates
+        self.outputs = aggregates
+        self.aggregates = tuple(slot for a in aggregates for slot in a.slots())
+
+    @property
+    def arrow(self) -> list[tuple[Any, str]]:
+        """The Arrow hash aggregates a chunk needs, each once (``partial_column`` names them)."""
+        out: list[tuple[Any, str]] = []
+        for agg in self.aggregates:
+            if agg.arrow not in out:
+                out.append(agg.arrow)
+        return out
 
     def zero(self) -> list[Any]:
         return [a.zero() for a in self.aggregates]
@@ -184,6 +247,16 @@ class Aggregates:
 
     def results(self, acc: list[Any]) -> list[Any]:
         return [a.result(x) for a, x in zip(self.aggregates, acc)]
+
+    def output_columns(self, slots: list[pa.Array]) -> dict[str, pa.Array]:
+        """Result columns by name from the slot columns (one per slot aggregate)."""
+        out: dict[str, pa.Array] = {}
+        at = 0
+        for agg in self.outputs:
+            width = len(agg.slots())
+            out[agg.name] = agg.output(slots[at : at + width])
+            at += width
+        return out
 
 
 def as_aggregates(value: Aggregate | Aggregates) -> Aggregates:

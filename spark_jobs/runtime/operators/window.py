@@ -27,6 +27,7 @@ import pyarrow as pa
 from spark_jobs.api.windows import (
     Aggregates,
     Count,
+    CountOf,
     EventTimeSessionWindows,
     First,
     Last,
@@ -237,8 +238,10 @@ class WindowOperator(KeyedOperator):
             "window_start": pa.array(starts, pa.int64()),
             "window_end": pa.array(starts + size, pa.int64()),
         }
-        for j, agg in enumerate(self.aggs.aggregates):
-            columns[agg.name] = pa.array(np.concatenate([r.slots[j] for r in runs]))
+        slots = [
+            pa.array(np.concatenate([r.slots[j] for r in runs])) for j in range(len(self.aggs.aggregates))
+        ]
+        columns.update(self.aggs.output_columns(slots))
         columns["_ts"] = pa.array(starts + (size - 1), pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
 
@@ -272,9 +275,7 @@ class WindowOperator(KeyedOperator):
             if column != [] and column not in columns:
                 columns[column] = batch.column(column).take(pa.array(rows))
         grouped = (
-            pa.table(columns)
-            .group_by([self.key_name, "_ws"], use_threads=False)
-            .aggregate([agg.arrow for agg in self.aggs.aggregates])
+            pa.table(columns).group_by([self.key_name, "_ws"], use_threads=False).aggregate(self.aggs.arrow)
         )
         bulk = self.backend.bulk(self.acc)
         window_starts = grouped.column("_ws").to_numpy()
@@ -350,7 +351,7 @@ class WindowOperator(KeyedOperator):
             grouped = (
                 pa.table(columns)
                 .group_by([self.key_name, "_ws"], use_threads=False)
-                .aggregate([agg.arrow for agg in self.aggs.aggregates])
+                .aggregate(self.aggs.arrow)
             )
             partials = [_partial_slot(grouped.column(a.partial_column())) for a in self.aggs.aggregates]
             bad = next((p for p in partials if isinstance(p, str)), None)
@@ -396,7 +397,8 @@ class WindowOperator(KeyedOperator):
                 self.out.side("late", batch.slice(int(i), 1))
                 continue
             partial = [
-                1 if a.arrow == ([], "count_all") else inputs[a.arrow[0]][i] for a in self.aggs.aggregates
+                a.record_partial(None if a.arrow[0] == [] else inputs[a.arrow[0]][i])
+                for a in self.aggs.aggregates
             ]
             self.backend.set_current_key(key)
             sessions = handle.value() or []
@@ -452,8 +454,8 @@ class WindowOperator(KeyedOperator):
             results = [r[3] for r in rows]  # result(acc) is acc: skip a call per row and aggregate
         else:
             results = [self.aggs.results(r[3]) for r in rows]
-        for j, agg in enumerate(self.aggs.aggregates):
-            columns[agg.name] = [res[j] for res in results]
+        slots = [pa.array([res[j] for res in results]) for j in range(len(self.aggs.aggregates))]
+        columns.update(self.aggs.output_columns(slots))
         columns["_ts"] = pa.array([r[2] - 1 for r in rows], pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
 
@@ -499,7 +501,7 @@ def _partial_slot(column: Any) -> np.ndarray[Any, Any] | str:
 
 
 _INT_SAFE = 1 << 62
-_IDENTITY_RESULT = (Count, Sum, Min, Max, First, Last)
+_IDENTITY_RESULT = (Count, CountOf, Sum, Min, Max, First, Last)
 
 
 def _vector_partials(aggs: Aggregates, columns: list[Any]) -> np.ndarray[Any, Any] | None:

@@ -24,6 +24,7 @@ from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import (
     Aggregates,
+    Avg,
     Count,
     First,
     Last,
@@ -53,6 +54,7 @@ AGGREGATES = {
     "max": lambda: Max("amount", name="high"),
     "first": lambda: First("amount", name="opening"),
     "last": lambda: Last("amount", name="closing"),
+    "avg": lambda: Avg("amount", name="mean"),
 }
 
 
@@ -165,7 +167,7 @@ SCALES = [4, 4, 2, 2, 8, 8]
         Variant,
         string_keys=st.booleans(),
         float_values=st.booleans(),
-        aggregates=st.lists(st.sampled_from(sorted(AGGREGATES)), min_size=1, max_size=6, unique=True).map(
+        aggregates=st.lists(st.sampled_from(sorted(AGGREGATES)), min_size=1, max_size=7, unique=True).map(
             tuple
         ),
         sliding=st.booleans(),
@@ -339,3 +341,30 @@ def test_float_sums_equal_a_sequential_python_reference_bit_for_bit(
         op.process_watermark(10_000)
     got = {(r["k"], r["window_start"]): r["sum_v"] for r in out.rows}
     assert {w: repr(v) for w, v in got.items()} == {w: repr(v) for w, v in reference.items()}
+
+
+@pytest.mark.parametrize("sessions", [False, True], ids=["tumbling", "sessions"])
+def test_avg_is_the_sum_over_the_count_of_each_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sessions: bool
+) -> None:
+    from spark_jobs.api.windows import EventTimeSessionWindows
+
+    job = Job("avg", parallelism=2, max_parallelism=32, chunk_size=48)
+    source = GeneratorSource(uid="clicks", partitions=2, seed=9, events_per_second=[50, 30], keys=20,
+                             start_ms=DEFAULT_START_MS)  # fmt: skip
+    assigner = EventTimeSessionWindows(1_500) if sessions else TumblingEventTimeWindows(10_000)
+    (
+        job.source(source, uid="clicks", out_of_orderness_ms=1_000)
+        .map(_shape(FLOAT_STRINGS))
+        .key_by("user_id")
+        .window(assigner, Aggregates(Count(), Sum("amount", name="total"), Avg("amount")), uid="per-user")
+        .sink(ParquetSink(), uid="out")
+    )
+    clock, uri = ManualClock(DEFAULT_START_MS), tmp_path.as_uri()
+    for _ in range(3):
+        clock.advance(STEP)
+        assert run_cycle(job, uri, clock, executor="local").status == "completed"
+    rows = read_committed(open_store(uri), job.job_id, "out").to_pylist()
+    assert rows and {"avg_amount", "total", "count"} <= set(rows[0])
+    assert all(r["avg_amount"] == float(r["total"]) / float(r["count"]) for r in rows)
+    assert not any(name.startswith("avg_amount.") for name in rows[0])
