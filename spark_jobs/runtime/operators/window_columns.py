@@ -170,7 +170,7 @@ class WindowColumns:
         if not chunks:
             return
         prepared = [(ws, keys, kgs, _slots(partials, self.width)) for ws, keys, kgs, partials in chunks]
-        self._check(prepared)
+        hashes = self._check(prepared)
         string = isinstance(prepared[0][1], pa.Array)
         if not self.runs:
             self.mode = HASH if string else PACKED
@@ -178,11 +178,14 @@ class WindowColumns:
             self.dtypes = tuple(s.dtype for s in prepared[0][3])
         if self.mode == PACKED and not all(packable(keys) for _, keys, _, _ in prepared):
             self._unpack()
-        for ws, keys, kgs, slots in prepared:
-            self._merge_one(ws, keys, kgs, slots)
+        for (ws, keys, kgs, slots), hashed in zip(prepared, hashes, strict=True):
+            self._merge_one(ws, keys, kgs, slots, hashed)
 
-    def _check(self, chunks: Sequence[tuple[int, Any, NDArray[np.int32], tuple[NDArray[Any], ...]]]) -> None:
-        """Refused (with the reason) unless every chunk merges exactly; changes nothing."""
+    def _check(
+        self, chunks: Sequence[tuple[int, Any, NDArray[np.int32], tuple[NDArray[Any], ...]]]
+    ) -> list[NDArray[np.int64] | None]:
+        """Refused (with the reason) unless every chunk merges exactly; changes nothing. Returns
+        each chunk's key hashes (string keys) for the merge."""
         string = {isinstance(keys, pa.Array) for _, keys, _, _ in chunks}
         if len(string) != 1 or (self.runs and (self.mode == HASH) not in string):
             raise Refused("int keys and string keys in one operator")
@@ -196,22 +199,23 @@ class WindowColumns:
         for _, _, _, slots in chunks:
             if any(len(slots[j]) and int(np.abs(slots[j]).max()) >= SAFE for j in adding):
                 raise Refused("a sum beyond the exact int64 range (2**62)")
+        hashes: list[NDArray[np.int64] | None] = []
         for ws, keys, _, _ in chunks:
             run = self.runs.get(ws)
             if run is not None and any(
                 len(run.slots[j]) and int(np.abs(run.slots[j]).max()) >= SAFE for j in adding
             ):
                 raise Refused("a sum beyond the exact int64 range (2**62)")
-            if isinstance(keys, pa.Array):
-                self._check_hashes(run, keys)
+            hashes.append(self._check_hashes(run, keys) if isinstance(keys, pa.Array) else None)
+        return hashes
 
     @staticmethod
-    def _check_hashes(run: Run | None, keys: pa.Array) -> None:
+    def _check_hashes(run: Run | None, keys: pa.Array) -> NDArray[np.int64]:
         index = HASH_FUNCTION(keys)
         if len(np.unique(index)) != len(index):
             raise Refused("two string keys with the same 64-bit hash")
         if run is None or not len(run.index):
-            return
+            return index
         pos = np.searchsorted(run.index, index)
         hit = pos < len(run.index)
         hit[hit] = run.index[pos[hit]] == index[hit]
@@ -220,11 +224,19 @@ class WindowColumns:
             same = pc.equal(run.skeys.take(pa.array(pos[hit])), keys.filter(pa.array(hit)))
             if not pc.all(same).as_py():
                 raise Refused("two string keys with the same 64-bit hash")
+        return index
 
-    def _merge_one(self, ws: int, keys: Any, kgs: NDArray[np.int32], slots: tuple[NDArray[Any], ...]) -> None:
+    def _merge_one(
+        self,
+        ws: int,
+        keys: Any,
+        kgs: NDArray[np.int32],
+        slots: tuple[NDArray[Any], ...],
+        hashed: NDArray[np.int64] | None,
+    ) -> None:
         skeys = None
         if self.mode == HASH:
-            skeys, index = keys, HASH_FUNCTION(keys)
+            skeys, index = keys, hashed if hashed is not None else HASH_FUNCTION(keys)
         else:
             index = pack(keys, kgs) if self.mode == PACKED else keys
         order = np.argsort(index)  # unique: any sort is stable
