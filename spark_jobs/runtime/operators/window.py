@@ -23,9 +23,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from spark_jobs.api.windows import (
     Aggregates,
+    Avg,
     Count,
     CountOf,
     EventTimeSessionWindows,
@@ -37,9 +39,11 @@ from spark_jobs.api.windows import (
     as_aggregates,
 )
 from spark_jobs.runtime.keys import KeySpec, key_groups
+from spark_jobs.runtime.operators import decimals
 from spark_jobs.runtime.operators.base import OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.operators.window_columns import Refused, WindowColumns
+from state_store.core.errors import BadInputError
 from state_store.core.state import KeyedStateSnapshot, StateKind, ValueStateDescriptor
 from state_store.core.stream import MIN_TIMESTAMP
 from state_store.core.stream.timers import InternalTimer
@@ -102,6 +106,8 @@ class WindowOperator(KeyedOperator):
         self.cols: WindowColumns | None = None
         """Columnar mode (``window_columns``): the accumulators live here, not in the backend."""
         self._restored_from: int | None = None
+        self._scales: dict[str, int] = {}
+        """Decimal columns this operator aggregates, by name: their scale (``decimals``)."""
 
     def _why_not_columnar(self) -> str:
         if self.session:
@@ -241,7 +247,7 @@ class WindowOperator(KeyedOperator):
         slots = [
             pa.array(np.concatenate([r.slots[j] for r in runs])) for j in range(len(self.aggs.aggregates))
         ]
-        columns.update(self.aggs.output_columns(slots))
+        columns.update(self._output_columns(slots))
         columns["_ts"] = pa.array(starts + (size - 1), pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
 
@@ -250,7 +256,62 @@ class WindowOperator(KeyedOperator):
         return self.timers.current_watermark
 
     # -- input ---------------------------------------------------------------------------------
+    def _unscaled(self, batch: pa.RecordBatch) -> pa.RecordBatch:
+        """``batch`` with every aggregated decimal column as its unscaled int64 values."""
+        for column in {a.arrow[0] for a in self.aggs.aggregates if a.arrow[0] != []}:
+            index = batch.schema.get_field_index(column)
+            kind = batch.schema.field(index).type if index >= 0 else None
+            if kind is None or not decimals.is_decimal(kind):
+                continue
+            known = self._scales.get(column, kind.scale)
+            if known != kind.scale:
+                raise BadInputError(
+                    f"column {column!r} changed from scale {known} to {kind} in window operator "
+                    f"{self.uid!r}: cast it to a decimal of scale {known} before the window"
+                )
+            batch = batch.set_column(index, column, decimals.unscale(batch.column(index), column))
+            self._scales[column] = kind.scale
+        return batch
+
+    def _output_columns(self, slots: list[Any]) -> dict[str, Any]:
+        """Result columns from slot columns. Of a decimal column, a sum, minimum, maximum, first or
+        last is a decimal again; a mean is ``unscaled sum / (count * 10**scale)``, one float division
+        (correctly rounded while both are below 2**53)."""
+        if not self._scales:
+            return self.aggs.output_columns(slots)
+        out: dict[str, Any] = {}
+        at = 0
+        for agg in self.aggs.outputs:
+            parts = agg.slots()
+            mine = list(slots[at : at + len(parts)])
+            at += len(parts)
+            scale = self._scales.get(parts[0].arrow[0]) if parts[0].arrow[0] != [] else None
+            if scale is not None and isinstance(agg, Avg):
+                total, count = (pc.cast(c, pa.float64()) for c in mine)
+                denominator = pc.multiply(count, float(10**scale))
+                out[agg.name] = pc.if_else(
+                    pc.equal(count, 0.0), pa.scalar(None, pa.float64()), pc.divide(total, denominator)
+                )
+                continue
+            if scale is not None:
+                mine = [
+                    decimals.rescale(c, scale) if type(p) in _DECIMAL_RESULT else c
+                    for p, c in zip(parts, mine)
+                ]
+            out[agg.name] = agg.output(mine)
+        return out
+
+    def snapshot_extra(self) -> dict[str, Any]:
+        return {"decimal_scales": dict(sorted(self._scales.items()))} if self._scales else {}
+
+    def restore_extra(self, extra: dict[str, Any]) -> None:
+        for part in extra.get("parts", []):
+            for column, scale in part.get("decimal_scales", {}).items():
+                self._scales.setdefault(column, int(scale))
+
     def process_batch(self, batch: pa.RecordBatch) -> None:
+        if self._scales or any(decimals.is_decimal(t) for t in batch.schema.types):
+            batch = self._unscaled(batch)
         if self.session:
             self._process_sessions(batch)
             return
@@ -455,7 +516,7 @@ class WindowOperator(KeyedOperator):
         else:
             results = [self.aggs.results(r[3]) for r in rows]
         slots = [pa.array([res[j] for res in results]) for j in range(len(self.aggs.aggregates))]
-        columns.update(self.aggs.output_columns(slots))
+        columns.update(self._output_columns(slots))
         columns["_ts"] = pa.array([r[2] - 1 for r in rows], pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
 
@@ -502,6 +563,7 @@ def _partial_slot(column: Any) -> np.ndarray[Any, Any] | str:
 
 _INT_SAFE = 1 << 62
 _IDENTITY_RESULT = (Count, CountOf, Sum, Min, Max, First, Last)
+_DECIMAL_RESULT = (Sum, Min, Max, First, Last)
 
 
 def _vector_partials(aggs: Aggregates, columns: list[Any]) -> np.ndarray[Any, Any] | None:

@@ -38,7 +38,7 @@ from spark_jobs.chaos.observe import state_digest
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.lifecycle.savepoint import take_savepoint
 from spark_jobs.runtime.cycle import run_cycle
-from spark_jobs.runtime.operators import window
+from spark_jobs.runtime.operators import decimals, window
 from spark_jobs.runtime.operators.window_columns import WindowColumns
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
@@ -61,20 +61,26 @@ AGGREGATES = {
 @dataclass(frozen=True)
 class Variant:
     string_keys: bool
-    float_values: bool
+    values: str
+    """int, float or decimal (scale 2)"""
     aggregates: tuple[str, ...]
     sliding: bool
     seed: int
     keys: int
 
 
-FLOAT_STRINGS = Variant(True, True, tuple(AGGREGATES), False, 3, 30)
+FLOAT_STRINGS = Variant(True, "float", tuple(AGGREGATES), False, 3, 30)
 
 
 def _shape(variant: Variant) -> Any:
     def shape(batch: pa.RecordBatch) -> pa.RecordBatch:
         value = batch.column("value")
-        amount = pc.multiply(pc.cast(value, pa.float64()), 0.1) if variant.float_values else value
+        if variant.values == "float":
+            amount = pc.multiply(pc.cast(value, pa.float64()), 0.1)
+        elif variant.values == "decimal":
+            amount = decimals.rescale(pc.multiply(value, 7), 2)  # value * 0.07, decimal128(38, 2)
+        else:
+            amount = value
         batch = batch.append_column("amount", amount)
         if not variant.string_keys:
             key = pc.cast(pc.utf8_slice_codeunits(batch.column("user_id"), 1), pa.int64())
@@ -166,7 +172,7 @@ SCALES = [4, 4, 2, 2, 8, 8]
     st.builds(
         Variant,
         string_keys=st.booleans(),
-        float_values=st.booleans(),
+        values=st.sampled_from(["int", "float", "decimal"]),
         aggregates=st.lists(st.sampled_from(sorted(AGGREGATES)), min_size=1, max_size=7, unique=True).map(
             tuple
         ),
@@ -368,3 +374,46 @@ def test_avg_is_the_sum_over_the_count_of_each_window(
     assert rows and {"avg_amount", "total", "count"} <= set(rows[0])
     assert all(r["avg_amount"] == float(r["total"]) / float(r["count"]) for r in rows)
     assert not any(name.startswith("avg_amount.") for name in rows[0])
+
+
+def test_decimal_amounts_sum_exactly_as_decimals_on_both_paths(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from decimal import Decimal
+
+    variant = Variant(False, "decimal", ("count", "sum", "min", "max", "avg"), False, 4, 25)
+    merges = _Merges(monkeypatch)
+    columns = run((tmp_path / "columns").as_uri(), monkeypatch, variant, [True] * 4, SCALES)
+    assert merges.count > 0
+    assert columns == run((tmp_path / "heap").as_uri(), monkeypatch, variant, [False] * 4, SCALES)
+    out = read_committed(open_store((tmp_path / "columns").as_uri()), "typed", "out")
+    assert out.schema.field("total").type == pa.decimal128(38, 2) and out.schema.field(
+        "low"
+    ).type == pa.decimal128(38, 2)
+    for row in out.to_pylist():
+        assert isinstance(row["total"], Decimal) and row["total"] % Decimal("0.07") == 0
+        unscaled = int(row["total"] * 100)
+        assert row["mean"] == unscaled / (row["count"] * 100)  # one float division, correctly rounded
+
+
+def test_decimals_beyond_18_digits_or_of_another_scale_are_refused_with_a_remedy() -> None:
+    from spark_jobs.runtime.operators.base import OperatorContext
+    from state_store.core.errors import BadInputError
+    from state_store.core.keygroups import KeyGroupRange
+
+    op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Sum("v")), 0)
+    op.output = _Collect()
+    op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+
+    def batch(value: pa.Array) -> pa.RecordBatch:
+        return pa.RecordBatch.from_pydict({"k": pa.array([1]), "_ts": pa.array([5]), "v": value})
+
+    from decimal import Decimal
+
+    with pytest.raises(BadInputError, match=r"column 'v' holds a decimal of more than 18 digits.*cast it"):
+        op.process_batch(batch(pa.array([Decimal("1" * 20)], pa.decimal128(30, 0))))
+    op.process_batch(batch(pa.array([Decimal("1.25")], pa.decimal128(10, 2))))
+    with pytest.raises(BadInputError, match=r"changed from scale 2 to decimal128.10, 3.*scale 2"):
+        op.process_batch(batch(pa.array([Decimal("1.250")], pa.decimal128(10, 3))))
+    op.process_watermark(1_000)
+    assert [r["sum_v"] for r in op.output.rows] == [Decimal("1.25")]  # type: ignore[attr-defined]
