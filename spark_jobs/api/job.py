@@ -60,6 +60,10 @@ class Job:
       recorded with the job's running parallelism: ``apply`` (rescale, printing the restore plan)
       or ``refuse`` (fail with the remedy: a restore with ``--parallelism``). A parallelism set
       by a restore sticks while the definition is unchanged.
+    * ``deep_verify`` -- completion reads every state file back and checks its checksum before
+      deciding (``CheckpointConfig.deep_verify``; off by default: presence and size from the
+      listing, the writer's checksum from the ack; restores and ``epochal validate --deep`` read
+      every byte).
     """
 
     job_id: str
@@ -74,6 +78,7 @@ class Job:
     chunk_size: int = 65_536
     expectations: dict[str, list[Any]] = field(default_factory=dict)
     rescale_on_change: str = "apply"
+    deep_verify: bool = False
 
     def __post_init__(self) -> None:
         validate_name("job id", self.job_id)
@@ -97,6 +102,7 @@ class Job:
             tolerable_failures=self.tolerable_failures,
             retained_checkpoints=self.retained_checkpoints,
             min_pause_ms=self.min_pause_ms,
+            deep_verify=self.deep_verify,
         )
 
     def source(
@@ -163,7 +169,8 @@ class KeyedStream(DataStream):
         return spec
 
     def process(self, fn: Any, *, uid: str) -> DataStream:
-        """Run a KeyedProcessFunction (keyed state + timers) per key group."""
+        """Run a KeyedProcessFunction (keyed state + timers, one call per key and chunk) or a
+        BatchProcessFunction (state and timers as columns, one call per chunk)."""
         return DataStream(self.job, self._then(uid, ProcessSpec(fn), uid))
 
     def window(

@@ -18,10 +18,12 @@ from types import MappingProxyType
 from typing import Any
 
 from spark_jobs.api import specs
+from spark_jobs.api.functions import BatchProcessFunction
 from spark_jobs.api.graph import Stage, Step
 from spark_jobs.runtime.keys import KeySpec
 from spark_jobs.runtime.operators.async_io import AsyncEnrichOperator
 from spark_jobs.runtime.operators.base import FilterOperator, MapOperator, Operator
+from spark_jobs.runtime.operators.batch_process import BatchProcessOperator
 from spark_jobs.runtime.operators.dedup import DeduplicateOperator
 from spark_jobs.runtime.operators.process import CoProcessOperator, ProcessOperator
 from spark_jobs.runtime.operators.window import WindowOperator
@@ -80,6 +82,8 @@ def _dedup(spec: specs.DedupSpec, site: OperatorSite) -> Operator:
 
 def _process(spec: specs.ProcessSpec, site: OperatorSite) -> Operator:
     uid, key = site.keyed()
+    if isinstance(spec.fn, BatchProcessFunction):
+        return BatchProcessOperator(uid, key, spec.fn)
     return ProcessOperator(uid, key, spec.fn)
 
 

@@ -1,0 +1,170 @@
+"""Runs a ``BatchProcessFunction``: user logic once per chunk, state and timers as columns.
+
+Per chunk: the distinct keys of the chunk (their key groups checked, as every keyed operator
+does), their state fetched in bulk as a table (``key`` + the fields of ``state_schema``, nulls for
+keys without state), one call of ``fn.process(rows, state, ctx)``, then the state updates, clears
+and timers the function asked for, applied in bulk. When the watermark advances, the timers it
+reached are collected (the timer service fires them one by one) and handed to ``fn.on_timers`` as
+one table, with the state of their keys.
+
+Invariants: the state of a key is a list of the schema's values in field order (``batch_state``);
+within one call, updates apply in row order (a key's last row wins), then clears; a timer fires
+once; rows without ``_ts`` carry the chunk's largest event time (``process``) or the largest
+timestamp of the timers fired together (``on_timers``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from spark_jobs.api.functions import BATCH_STATE, BatchProcessFunction
+from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_groups
+from spark_jobs.runtime.operators.keyed import KeyedOperator
+from state_store.core.errors import BadInputError
+from state_store.core.state import ValueStateDescriptor
+from state_store.core.stream.timers import InternalTimer
+
+_NS = "user"
+"""The timer namespace of ``ProcessOperator`` too: a job may swap one function kind for the other."""
+KEY = "key"
+
+
+class _BatchContext:
+    def __init__(self, op: BatchProcessOperator) -> None:
+        self.op = op
+        self.updates: list[pa.Table] = []
+        self.clears: list[pa.Array] = []
+        self.timers: list[tuple[pa.Array, pa.Array, bool]] = []
+
+    @property
+    def current_watermark(self) -> int:
+        return self.op.timers.current_watermark
+
+    @property
+    def processing_time(self) -> int:
+        return self.op.now_ms()
+
+    def update_state(self, state: Any) -> None:
+        table = state if isinstance(state, pa.Table) else pa.table(state)
+        missing = [n for n in [KEY, *self.op.schema.names] if n not in table.column_names]
+        if missing:
+            raise BadInputError(
+                f"update_state of batch process function {self.op.uid!r} lacks columns {missing}: pass "
+                f"{KEY!r} and every field of state_schema ({self.op.schema.names})"
+            )
+        self.updates.append(table)
+
+    def clear_state(self, keys: Any) -> None:
+        self.clears.append(_array(keys))
+
+    def register_timers(self, keys: Any, timestamps: Any) -> None:
+        self.timers.append((_array(keys), _array(timestamps), True))
+
+    def delete_timers(self, keys: Any, timestamps: Any) -> None:
+        self.timers.append((_array(keys), _array(timestamps), False))
+
+
+def _array(values: Any) -> pa.Array:
+    if isinstance(values, pa.ChunkedArray):
+        return values.combine_chunks()
+    return values if isinstance(values, pa.Array) else pa.array(values)
+
+
+class BatchProcessOperator(KeyedOperator):
+    def __init__(self, uid: str, key: KeySpec, fn: BatchProcessFunction) -> None:
+        super().__init__(uid, key)
+        if not isinstance(fn.state_schema, pa.Schema):
+            raise BadInputError(
+                f"batch process function {uid!r} has no state_schema: set it to a pyarrow.Schema of the "
+                "value state each key holds, e.g. pa.schema([('count', pa.int64())])"
+            )
+        self.fn = fn
+        self.schema: pa.Schema = fn.state_schema
+        self.descriptor = ValueStateDescriptor[list[Any]](BATCH_STATE)
+        self._fired: list[tuple[Any, int]] = []
+
+    def register_states(self) -> None:
+        self.backend.bulk(self.descriptor)
+
+    # -- input -----------------------------------------------------------------------------------
+    def process_batch(self, batch: pa.RecordBatch) -> None:
+        keys = self.keys_of(batch)
+        uniques, _ = distinct_keys(keys)
+        self._check_key_groups(uniques)
+        rows = pa.Table.from_batches([batch]).append_column(KEY, keys)
+        state = self._state_table(uniques)
+        ts = batch.column(batch.schema.get_field_index("_ts")) if "_ts" in batch.schema.names else None
+        latest = int(pc.max(ts).as_py() or 0) if ts is not None and len(ts) else 0
+        ctx = _BatchContext(self)
+        out = self.fn.process(rows, state, ctx)
+        self._apply(ctx)
+        self._emit(out, latest)
+
+    def _check_key_groups(self, keys: list[Any]) -> None:
+        if not keys:
+            return
+        groups = key_groups(pa.array(keys), self.backend.max_parallelism)
+        outside = np.nonzero(
+            (groups < self.backend.key_groups.first) | (groups > self.backend.key_groups.last)
+        )[0]
+        if len(outside):
+            self.backend.set_current_key(keys[int(outside[0])])  # raises KeyOutOfRangeError
+
+    def _state_table(self, keys: list[Any]) -> pa.Table:
+        """One row per key: ``key`` and the state fields (null where a key has no state)."""
+        stored = self.backend.bulk(self.descriptor).get_many(keys)
+        columns: dict[str, Any] = {KEY: pa.array(keys) if keys else pa.array([], pa.null())}
+        for j, field in enumerate(self.schema):
+            columns[field.name] = pa.array([None if s is None else s[j] for s in stored], field.type)
+        return pa.table(columns)
+
+    def _apply(self, ctx: _BatchContext) -> None:
+        bulk = self.backend.bulk(self.descriptor)
+        for table in ctx.updates:
+            keys = table.column(KEY).to_pylist()
+            self._check_key_groups(keys)
+            fields = [
+                table.column(n).cast(f.type).to_pylist() for n, f in zip(self.schema.names, self.schema)
+            ]
+            latest = dict(zip(keys, map(list, zip(*fields)) if fields else [[] for _ in keys]))
+            bulk.put_many(list(latest), list(latest.values()))
+        for keys in ctx.clears:
+            names = keys.to_pylist()
+            self._check_key_groups(names)
+            bulk.put_many(names, [None] * len(names))
+        for keys, stamps, register in ctx.timers:
+            for key, timestamp in zip(keys.to_pylist(), stamps.to_pylist()):
+                self.backend.set_current_key(key)
+                if register:
+                    self.timers.register_event_time_timer(key, _NS, int(timestamp))
+                else:
+                    self.timers.delete_event_time_timer(key, _NS, int(timestamp))
+
+    def _emit(self, out: Any, ts: int) -> None:
+        if out is None:
+            return
+        table = out if isinstance(out, pa.Table) else pa.table(out)
+        if not table.num_rows:
+            return
+        if "_ts" not in table.column_names:
+            table = table.append_column("_ts", pa.array(np.full(table.num_rows, ts, np.int64)))
+        for batch in table.combine_chunks().to_batches():
+            self.out.emit(batch)
+
+    # -- timers ----------------------------------------------------------------------------------
+    def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
+        self._fired.append((timer.key, timer.timestamp))
+
+    def flush_timer_output(self) -> None:
+        while self._fired:  # timers set by on_timers at or before the watermark fire in this loop
+            fired, self._fired = self._fired, []
+            keys = [k for k, _ in fired]
+            timers = pa.table({KEY: pa.array(keys), "timestamp": pa.array([t for _, t in fired], pa.int64())})
+            ctx = _BatchContext(self)
+            out = self.fn.on_timers(timers, self._state_table(keys), ctx)
+            self._apply(ctx)
+            self._emit(out, max(t for _, t in fired))
