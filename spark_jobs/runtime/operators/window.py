@@ -364,7 +364,8 @@ class WindowOperator(KeyedOperator):
                 if self.indexed:
                     self._pending.setdefault(ws_int, []).append(keys[j])
                 else:
-                    self.timers.register_event_time_timer(keys[j], ws_int, ws_int + size - 1)
+                    if ws_int + size - 1 > self.watermark:  # a fired window's late entry fires below, once
+                        self.timers.register_event_time_timer(keys[j], ws_int, ws_int + size - 1)
                     if self.lateness:
                         self.timers.register_event_time_timer(
                             keys[j], ws_int, ws_int + size - 1 + self.lateness

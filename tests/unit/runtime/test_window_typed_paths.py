@@ -417,3 +417,22 @@ def test_decimals_beyond_18_digits_or_of_another_scale_are_refused_with_a_remedy
         op.process_batch(batch(pa.array([Decimal("1.250")], pa.decimal128(10, 3))))
     op.process_watermark(1_000)
     assert [r["sum_v"] for r in op.output.rows] == [Decimal("1.25")]  # type: ignore[attr-defined]
+
+
+def test_a_late_record_that_opens_a_fired_window_is_emitted_once() -> None:
+    """Flink's EventTimeTrigger fires such a record at once and registers no timer in the past (a
+    timer at ``end - 1`` below the watermark would fire the same window again at the next
+    watermark: a duplicate row)."""
+    from spark_jobs.runtime.operators.base import OperatorContext
+    from state_store.core.keygroups import KeyGroupRange
+
+    op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count()), 50)
+    op.output = _Collect()
+    op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+    op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "_ts": 10}]))
+    op.process_watermark(120)  # [0, 100) fires for key 1
+    op.process_batch(pa.RecordBatch.from_pylist([{"k": 2, "_ts": 20}, {"k": 1, "_ts": 30}]))  # late, kept
+    op.process_watermark(130)
+    op.process_watermark(200)  # cleanup
+    got = [(r["k"], r["count"]) for r in op.output.rows]  # type: ignore[attr-defined]
+    assert got == [(1, 1), (2, 1), (1, 2)]
