@@ -7,13 +7,18 @@ window that already fired but is within the allowed lateness updates it and re-e
 at once (Flink's default trigger with lateness). Timers at ``end - 1`` emit results; timers at
 ``end - 1 + allowed_lateness`` (the same timer when lateness is 0) clear the window's state.
 
-Tumbling and sliding windows without allowed lateness register no timers: the state itself says
-which windows are pending (an accumulator exists <=> the window has not fired, because firing
-clears it), so an index ``window start -> keys`` built from the restored state and kept up to date
-per chunk fires every window with ``end - 1 <= watermark`` when the watermark advances -- the same
-results and order as the timers, without one timer per (key, window) in every snapshot. Timers
-restored from a checkpoint written with timers still fire first (and find nothing left to emit
-for a window the index already fired, nor vice versa).
+Tumbling and sliding windows (with or without allowed lateness) register no timers: the state
+itself says which windows hold entries, and ``_fired_through`` -- the largest watermark processed,
+kept in the operator's state (``snapshot_extra``) -- says which of them fired: a window with
+``end - 1 <= _fired_through`` has. When the watermark advances, an index ``window start -> keys``
+built from the restored state and kept up to date per chunk fires every window with
+``_fired_through < end - 1 <= watermark`` and drops every window with ``end - 1 + allowed_lateness
+<= watermark`` (firing and dropping are one step when lateness is 0) -- the same results as the
+timers, without two timers per (key, window) in every snapshot. After a restore, before the first
+watermark, ``watermark`` is ``_fired_through``, so a record for a window that fired before the
+checkpoint is late (or, inside the lateness, re-fires it at once) instead of opening it again. Timers
+restored from a checkpoint written with timers (before issue 20) still fire; with allowed lateness
+such an operator stays in the timer mode.
 """
 
 from __future__ import annotations
@@ -90,9 +95,13 @@ class WindowOperator(KeyedOperator):
         self.acc = ValueStateDescriptor[list[Any]]("acc")
         self.sessions = ValueStateDescriptor[list[list[Any]]]("sessions")
         self.session = isinstance(assigner, EventTimeSessionWindows)
-        self.indexed = INDEXED_FIRING and not self.session and allowed_lateness_ms == 0
+        self.indexed = INDEXED_FIRING and not self.session
         self._pending: dict[int, list[Any]] = {}
-        """Indexed mode: window start -> keys holding an accumulator for it (not fired yet)."""
+        """Indexed mode: window start -> keys holding an accumulator for it (not fired yet, or fired
+        and kept for the allowed lateness)."""
+        self._fired_through = MIN_TIMESTAMP
+        """Indexed mode: every window with ``end - 1 <= _fired_through`` has fired (the largest
+        watermark this operator, or the checkpoint it restored, processed). Part of its state."""
         self._results: list[tuple[Any, int, int, list[Any]]] = []
         self.late_records = 0
         self.columnar_restore = (
@@ -112,8 +121,6 @@ class WindowOperator(KeyedOperator):
     def _why_not_columnar(self) -> str:
         if self.session:
             return "session windows"
-        if self.lateness:
-            return f"allowed lateness of {self.lateness} ms"
         if not (COLUMNAR and INDEXED_FIRING):
             return "the columnar path is switched off"
         other = [a for a in self.aggs.aggregates if a.column_merge is None]
@@ -149,6 +156,9 @@ class WindowOperator(KeyedOperator):
 
     def restore_keyed(self, restored: Any) -> None:
         self._restored_from = restored.checkpoint_id
+        if self.lateness and any(restored.timers.values()):
+            self.indexed = False  # a checkpoint of the timer mode (before issue 20): keep its timers
+            self._fall_back("its restored windows have timers (a checkpoint written before issue 20)")
         if self.cols is not None and not any(restored.timers.values()):
             cols = WindowColumns.restore(
                 self.cols.merges,
@@ -217,23 +227,37 @@ class WindowOperator(KeyedOperator):
         self.out.emit_watermark(timestamp)
 
     def _fire_pending(self, watermark: int) -> None:
-        size = self.assigner.size()
-        due = sorted(ws for ws in self._pending if ws + size - 1 <= watermark)
-        if not due:
-            return
+        """Emit every window whose end - 1 the watermark reached and that has not fired yet; drop
+        the state of every window past its allowed lateness (the same window when lateness is 0)."""
+        size, fired = self.assigner.size(), self._fired_through
+        due = sorted(ws for ws in self._pending if fired < ws + size - 1 <= watermark)
+        gone = {ws for ws in self._pending if ws + size - 1 + self.lateness <= watermark}
         bulk = self.backend.bulk(self.acc)
         for ws in due:
-            keys = self._pending.pop(ws)
-            accs = bulk.pop_many(keys, namespace=ws)
+            keys = self._pending[ws] if ws not in gone else self._pending.pop(ws)
+            accs = bulk.get_many(keys, namespace=ws) if ws not in gone else bulk.pop_many(keys, namespace=ws)
             self._results.extend((k, ws, ws + size, a) for k, a in zip(keys, accs) if a is not None)
+        for ws in sorted(gone - set(due)):
+            bulk.pop_many(self._pending.pop(ws), namespace=ws)
+        self._fired_through = max(fired, watermark)
 
     def _fire_columns(self, watermark: int) -> None:
+        """``_fire_pending`` on the columns."""
         assert self.cols is not None
-        size = self.assigner.size()
-        due = self.cols.due(watermark, size)
+        size, fired = self.assigner.size(), self._fired_through
+        due = [ws for ws in self.cols.due(watermark, size) if fired < ws + size - 1]
+        gone = set(self.cols.due(watermark - self.lateness, size))
+        self._fired_through = max(fired, watermark)
+        runs = [self.cols.pop(ws) if ws in gone else self.cols.runs[ws] for ws in due]
+        for ws in sorted(gone - set(due)):
+            self.cols.pop(ws)
+        self._emit_runs(due, runs)
+
+    def _emit_runs(self, due: list[int], runs: list[Any]) -> None:
+        """Emit the entries of ``runs`` (of window starts ``due``) as one batch."""
         if not due:
             return
-        runs = [self.cols.pop(ws) for ws in due]
+        size = self.assigner.size()
         if isinstance(runs[0].keys, pa.Array):
             keys: Any = pa.concat_arrays([r.keys for r in runs])
         else:
@@ -253,7 +277,9 @@ class WindowOperator(KeyedOperator):
 
     @property
     def watermark(self) -> int:
-        return self.timers.current_watermark
+        """The event time up to which windows have fired: the timer service's watermark, or (indexed
+        mode, after a restore, before the first watermark) the restored ``_fired_through``."""
+        return max(self.timers.current_watermark, self._fired_through)
 
     # -- input ---------------------------------------------------------------------------------
     def _unscaled(self, batch: pa.RecordBatch) -> pa.RecordBatch:
@@ -302,12 +328,25 @@ class WindowOperator(KeyedOperator):
         return out
 
     def snapshot_extra(self) -> dict[str, Any]:
-        return {"decimal_scales": dict(sorted(self._scales.items()))} if self._scales else {}
+        extra: dict[str, Any] = {}
+        if self._scales:
+            extra["decimal_scales"] = dict(sorted(self._scales.items()))
+        if self.indexed and self._fired_through > MIN_TIMESTAMP:
+            extra["fired_through"] = self._fired_through
+        return extra
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
+        """Decimal scales, and the event time through which the restored windows fired: the
+        smallest of the restored subtasks' (with aligned barriers every subtask of a stage holds the
+        same watermark at a checkpoint, so they agree)."""
+        fired = []
         for part in extra.get("parts", []):
             for column, scale in part.get("decimal_scales", {}).items():
                 self._scales.setdefault(column, int(scale))
+            if "fired_through" in part:
+                fired.append(int(part["fired_through"]))
+        if fired and self.indexed:
+            self._fired_through = min(fired)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if self._scales or any(decimals.is_decimal(t) for t in batch.schema.types):
@@ -399,7 +438,8 @@ class WindowOperator(KeyedOperator):
         ts = event_times(batch)
         rows, starts = self.assigner.assign(ts)
         size = self.assigner.size()
-        live = starts + size - 1 > self.watermark  # no allowed lateness in columnar mode
+        watermark = self.watermark
+        live = starts + size - 1 + self.lateness > watermark
         late_rows = _late_rows(batch.num_rows, rows, live)
         rows, starts = rows[live], starts[live]
         chunks: list[tuple[int, Any, Any, Any]] = []
@@ -439,6 +479,9 @@ class WindowOperator(KeyedOperator):
         except Refused as refused:
             self._fall_back(str(refused))
             return False
+        fired = [(ws, k, g) for ws, k, g, _ in chunks if ws + size - 1 <= watermark]
+        if fired:  # late records inside the allowed lateness: their windows fire again at once
+            self._emit_runs([ws for ws, _, _ in fired], [self.cols.lookup(ws, k, g) for ws, k, g in fired])
         if len(late_rows):
             self.late_records += len(late_rows)
             self.out.side("late", batch.take(pa.array(late_rows)))

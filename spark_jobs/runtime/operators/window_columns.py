@@ -1,6 +1,6 @@
 """Columnar window accumulators: the fast path of ``WindowOperator``.
 
-Used for tumbling and sliding windows without allowed lateness (the indexed mode of ``window.py``)
+Used for tumbling and sliding windows, with or without allowed lateness (the indexed mode of ``window.py``)
 whose aggregates all have columns (``Count``, ``Sum``, ``Min``, ``Max``, ``First``, ``Last``) over
 int or string keys and int, float or bool values. The heap backend keeps one Python list per
 (key, window); here each window start holds
@@ -291,6 +291,12 @@ class WindowColumns:
             order = np.argsort(keys)
             self.runs[ws] = Run(keys[order], run.kgs[order], tuple(s[order] for s in run.slots), INT)
         self.mode = INT
+
+    def lookup(self, ws: int, keys: Any, kgs: NDArray[np.int32]) -> Run:
+        """The entries of window ``ws`` for ``keys`` (all present), in index order."""
+        run = self.runs[ws]
+        index = HASH_FUNCTION(keys) if self.mode == HASH else pack(keys, kgs) if self.mode == PACKED else keys
+        return run.take(np.searchsorted(run.index, np.sort(index)))
 
     def due(self, watermark: int, size: int) -> list[int]:
         """Window starts whose window fires at ``watermark`` (``end - 1 <= watermark``), in order."""

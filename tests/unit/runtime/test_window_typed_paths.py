@@ -67,6 +67,9 @@ class Variant:
     sliding: bool
     seed: int
     keys: int
+    lateness: int = 0
+    """allowed_lateness_ms; with it the job's watermark lags less than the input's disorder, so
+    some records arrive after their window fired (kept and re-emitted) or after its lateness (late)"""
 
 
 FLOAT_STRINGS = Variant(True, "float", tuple(AGGREGATES), False, 3, 30)
@@ -98,10 +101,15 @@ def job_of(variant: Variant, parallelism: int) -> Job:
     )  # fmt: skip
     assigner = SlidingEventTimeWindows(10_000, 5_000) if variant.sliding else TumblingEventTimeWindows(10_000)
     (
-        job.source(source, uid="clicks", out_of_orderness_ms=2_000)
+        job.source(source, uid="clicks", out_of_orderness_ms=300 if variant.lateness else 2_000)
         .map(_shape(variant))
         .key_by("user_id")
-        .window(assigner, Aggregates(*(AGGREGATES[a]() for a in variant.aggregates)), uid="per-user")
+        .window(
+            assigner,
+            Aggregates(*(AGGREGATES[a]() for a in variant.aggregates)),
+            uid="per-user",
+            allowed_lateness_ms=variant.lateness,
+        )
         .sink(ParquetSink(), uid="out")
     )
     return job
@@ -179,6 +187,7 @@ SCALES = [4, 4, 2, 2, 8, 8]
         sliding=st.booleans(),
         seed=st.integers(0, 1_000),
         keys=st.sampled_from([5, 40, 400]),
+        lateness=st.sampled_from([0, 0, 900]),
     ),
     st.lists(st.booleans(), min_size=6, max_size=6),
 )
@@ -419,20 +428,52 @@ def test_decimals_beyond_18_digits_or_of_another_scale_are_refused_with_a_remedy
     assert [r["sum_v"] for r in op.output.rows] == [Decimal("1.25")]  # type: ignore[attr-defined]
 
 
-def test_a_late_record_that_opens_a_fired_window_is_emitted_once() -> None:
+@pytest.mark.parametrize("columnar", [True, False])
+def test_a_late_record_that_opens_a_fired_window_is_emitted_once(
+    monkeypatch: pytest.MonkeyPatch, columnar: bool
+) -> None:
     """Flink's EventTimeTrigger fires such a record at once and registers no timer in the past (a
     timer at ``end - 1`` below the watermark would fire the same window again at the next
     watermark: a duplicate row)."""
     from spark_jobs.runtime.operators.base import OperatorContext
     from state_store.core.keygroups import KeyGroupRange
 
+    monkeypatch.setattr(window, "COLUMNAR", columnar)
     op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count()), 50)
     op.output = _Collect()
     op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+    assert (op.cols is not None) == columnar
     op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "_ts": 10}]))
     op.process_watermark(120)  # [0, 100) fires for key 1
     op.process_batch(pa.RecordBatch.from_pylist([{"k": 2, "_ts": 20}, {"k": 1, "_ts": 30}]))  # late, kept
     op.process_watermark(130)
     op.process_watermark(200)  # cleanup
     got = [(r["k"], r["count"]) for r in op.output.rows]  # type: ignore[attr-defined]
-    assert got == [(1, 1), (2, 1), (1, 2)]
+    assert sorted(got) == [(1, 1), (1, 2), (2, 1)]  # key 1 fired, then again with its late record
+
+
+LATE = Variant(True, "float", ("count", "sum", "max", "avg"), True, 7, 25, lateness=900)
+
+
+def test_allowed_lateness_runs_on_the_columns_and_equals_the_heap_backend(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    merges = _Merges(monkeypatch)
+    columns = run((tmp_path / "columns").as_uri(), monkeypatch, LATE, [True] * 6, SCALES)
+    assert merges.count > 0
+    heap = run((tmp_path / "heap").as_uri(), monkeypatch, LATE, [False] * 6, SCALES)
+    assert columns == heap
+    keys = [r.rsplit(",", 6)[0] for r in heap[0]]  # (user, window start, ...) of every emitted row
+    assert len(keys) > len(set(keys)), "some windows fired again for records inside the lateness"
+    assert (
+        run((tmp_path / "mixed").as_uri(), monkeypatch, LATE, [True, False, True, False, False, True], SCALES)
+        == heap
+    )
+
+
+@pytest.mark.parametrize("point", killpoints.ALL)
+def test_lateness_survives_a_crash_at_every_kill_point(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str
+) -> None:
+    columns = run((tmp_path / "columns").as_uri(), monkeypatch, LATE, [True] * 5, SCALES, kill=point)
+    assert columns == run((tmp_path / "heap").as_uri(), monkeypatch, LATE, [False] * 5, SCALES)
