@@ -510,7 +510,7 @@ class WindowOperator(KeyedOperator):
             start, end, acc = t, t + gap, self.aggs.merge(self.aggs.zero(), partial)
             kept = []
             for s, e, a in sessions:
-                if s < end and start < e:  # overlap: merge (Flink's MergingWindowSet)
+                if s <= end and start <= e:  # overlapping or touching: merge (Flink's TimeWindow.intersects)
                     self.timers.delete_event_time_timer(key, s, e - 1)
                     start, end, acc = min(s, start), max(e, end), self.aggs.merge(a, acc)
                 else:

@@ -477,3 +477,22 @@ def test_lateness_survives_a_crash_at_every_kill_point(
 ) -> None:
     columns = run((tmp_path / "columns").as_uri(), monkeypatch, LATE, [True] * 5, SCALES, kill=point)
     assert columns == run((tmp_path / "heap").as_uri(), monkeypatch, LATE, [False] * 5, SCALES)
+
+
+def test_sessions_that_touch_merge_as_in_flink_and_spark() -> None:
+    """Flink's ``TimeWindow.intersects`` (``start <= other.end and end >= other.start``) and Spark's
+    session_window merge two sessions when one ends where the other starts: two records exactly
+    one gap apart are one session (found by the workload matrix against Spark)."""
+    from spark_jobs.api.windows import EventTimeSessionWindows
+    from spark_jobs.runtime.operators.base import OperatorContext
+    from state_store.core.keygroups import KeyGroupRange
+
+    op = window.WindowOperator("w", "k", EventTimeSessionWindows(100), Aggregates(Count()), 0)
+    op.output = _Collect()
+    op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+    op.process_batch(
+        pa.RecordBatch.from_pylist([{"k": 1, "_ts": 0}, {"k": 1, "_ts": 100}, {"k": 1, "_ts": 201}])
+    )
+    op.process_watermark(1_000)
+    got = sorted((r["window_start"], r["window_end"], r["count"]) for r in op.output.rows)  # type: ignore[attr-defined]
+    assert got == [(0, 200, 2), (201, 301, 1)]
