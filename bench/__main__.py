@@ -8,6 +8,10 @@ Streaming on the same machine, in the same run, on the same input. Scenarios (se
   s4big  restore of about 1 GB of window state (--keys users x --epochs open windows) vs the floor
   s5  fixed cost of an epoch with empty input (trigger + run + complete + notify), in process
   s6  coordinator scale: complete a checkpoint of 1,024 acks against SeaweedFS S3
+  matrix  workload matrix (issue 20): key/value types, aggregates, windows, lateness, partition
+          skew, dedup; each cell vs both Spark peers, results checked row for row (about 10-15
+          min on 2 cores at 1M events / 100K keys; ``--events/--keys`` scale it, e.g. 10M / 1M;
+          not part of ``all``; ``--cells a,b`` runs some cells only)
 
 Results go to ``bench/results/<scenario>.{json,md,png}``. The machine is shared: absolute numbers
 are noisy, so both engines run in the same process, interleaved (``--repeat``), and ratios are
@@ -37,23 +41,32 @@ DEFAULTS = {
     "s6": (0, 1024, 3),
     "s4big": (0, 3_000_000, 10),
 }
+MATRIX = (1_000_000, 100_000, 10)
+MATRIX_REPEAT = 2
+"""Best of 2 interleaved runs per engine and cell (the JVM's JIT and our workers keep warming up
+over the first cells; the default matrix took 10.3 minutes on 2 cores)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("scenario", choices=[*sorted(DEFAULTS), "all"])
+    parser.add_argument("scenario", choices=[*sorted(DEFAULTS), "matrix", "all"])
     parser.add_argument("--events", type=int, help="total events (s1, s2, s4)")
     parser.add_argument("--keys", type=int, help="distinct keys (s1-s4, s4big); acks for s6")
     parser.add_argument("--epochs", type=int, help="epochs (micro-batches); open windows for s4big")
-    parser.add_argument("--repeat", type=int, default=1, help="interleaved repetitions per engine (s1)")
+    parser.add_argument(
+        "--repeat", type=int, default=None, help="interleaved repetitions per engine (s1: 1, matrix: 2)"
+    )
     parser.add_argument("--full", action="store_true", help="the issue's full sizes (hours on 2 cores)")
     parser.add_argument("--no-peer", action="store_true", help="skip the Spark Structured Streaming peer")
     parser.add_argument("--out", type=Path, default=None, help="results folder (default bench/results)")
+    parser.add_argument("--cells", default="", help="matrix: comma-separated cell names (default: all)")
     args = parser.parse_args(argv)
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)  # a new folder: the results are not lost at the end
+    if args.scenario == "matrix":
+        return _matrix(args)
     names = sorted(DEFAULTS) if args.scenario == "all" else [args.scenario]
     if args.scenario == "all":  # s2 and s4 come out of the s1 run: run it once
         names = [n for n in names if n not in ("s2", "s4")]
@@ -63,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             events=args.events if args.events is not None else events,
             keys=args.keys if args.keys is not None else keys,
             epochs=args.epochs if args.epochs is not None else epochs,
-            repeat=args.repeat,
+            repeat=args.repeat if args.repeat is not None else 1,
             peer=not args.no_peer,
         )
         try:
@@ -72,6 +85,27 @@ def main(argv: list[str] | None = None) -> int:
             print(f"bench {name}: {exc}", file=sys.stderr)
             return 2
         print(md.read_text())
+    return 0
+
+
+def _matrix(args: argparse.Namespace) -> int:
+    from bench import matrix
+
+    events, keys, epochs = MATRIX
+    sizes = matrix.MatrixSizes(
+        events=args.events if args.events is not None else events,
+        keys=args.keys if args.keys is not None else keys,
+        epochs=args.epochs if args.epochs is not None else epochs,
+        repeat=args.repeat if args.repeat is not None else MATRIX_REPEAT,
+        peer=not args.no_peer,
+        cells=tuple(c.strip() for c in args.cells.split(",") if c.strip()),
+    )
+    try:
+        md = matrix.run(sizes, args.out)
+    except ValueError as exc:
+        print(f"bench matrix: {exc}", file=sys.stderr)
+        return 2
+    print(md.read_text())
     return 0
 
 

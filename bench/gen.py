@@ -20,9 +20,11 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from spark_jobs.sources.file_log import FileLogSource
@@ -96,6 +98,106 @@ def write_inputs(spec: EventSpec, store: ObjectStore, peer_dir: Path) -> dict[st
     t0 = time.time() - spec.epochs - 60
     for e in range(spec.epochs):
         table = epoch_events(spec, e)
+        for p, name in enumerate(partition_names(spec)):
+            part = partition_rows(table, p, spec.partitions)
+            source.append(name, part, base_offset=e * spec.per_partition)
+            path = peer_dir / f"epoch-{e:05d}-{name}.parquet"
+            pq.write_table(part, path)
+            os.utime(path, (t0 + e, t0 + e))
+    return {"write_inputs_s": time.perf_counter() - began}
+
+
+# -- typed inputs of the workload matrix (``bench/matrix.py``) ---------------------------------------
+KEY_TYPES = ("int64", "string")
+VALUE_TYPES = ("int64", "float64")
+
+
+@dataclass(frozen=True)
+class Shape:
+    """What an input of the matrix looks like, on top of ``epoch_events``' records (the same users,
+    times and values, so every shape has the same key-window structure):
+
+    * ``key_type`` -- ``int64`` user ids, or ``string`` ``"user-<n>"``;
+    * ``value_type`` -- ``int64`` values ``n`` in 1..99, or ``float64`` ``n * 0.01 + 0.001`` (not
+      exact in binary: sums depend on the order of additions);
+    * ``lag_ms`` -- the last partition's event times are ``lag_ms`` behind the others' (a watermark
+      that is the minimum over partitions trails the maximum event time by ``lag_ms`` more);
+    * ``duplicate_share`` -- an ``event_id`` column (the record index); this share of the records of
+      odd index (they go to the other partition than the even ones) are replaced by an exact copy of
+      an even record at most 99 records before (a redelivery), for deduplication.
+    """
+
+    key_type: str = "int64"
+    value_type: str = "int64"
+    lag_ms: int = 0
+    duplicate_share: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.key_type not in KEY_TYPES or self.value_type not in VALUE_TYPES:
+            raise ValueError(
+                f"Shape({self.key_type!r}, {self.value_type!r}) is invalid: key_type in {KEY_TYPES}, "
+                f"value_type in {VALUE_TYPES}"
+            )
+        if self.lag_ms < 0 or not 0.0 <= self.duplicate_share <= 1.0:
+            raise ValueError(
+                f"lag_ms={self.lag_ms} >= 0 and 0 <= duplicate_share={self.duplicate_share} <= 1"
+            )
+
+    def schema(self) -> pa.Schema:
+        fields = [
+            ("user_id", pa.string() if self.key_type == "string" else pa.int64()),
+            ("event_time", pa.int64()),
+            ("value", pa.float64() if self.value_type == "float64" else pa.int64()),
+        ]
+        if self.duplicate_share:
+            fields.insert(0, ("event_id", pa.int64()))
+        return pa.schema(fields)
+
+
+def shaped_events(spec: EventSpec, shape: Shape, epoch: int) -> pa.Table:
+    """``epoch_events(spec, epoch)`` in ``shape`` (deterministic: a function of its arguments)."""
+    table = epoch_events(spec, epoch)
+    n = table.num_rows
+    users = table.column("user_id")
+    if shape.key_type == "string":
+        users = pc.binary_join_element_wise("user-", pc.cast(users, pa.string()), "")
+    values = table.column("value")
+    if shape.value_type == "float64":
+        values = pa.array(values.to_numpy() * 0.01 + 0.001, pa.float64())
+    times = table.column("event_time").to_numpy().copy()
+    if shape.lag_ms:
+        times[spec.partitions - 1 :: spec.partitions] -= shape.lag_ms
+    columns: dict[str, Any] = {"user_id": users, "event_time": pa.array(times, pa.int64()), "value": values}
+    if shape.duplicate_share:
+        ids = np.arange(epoch * n, (epoch + 1) * n, dtype=np.int64)
+        rng = np.random.default_rng([spec.seed, epoch, 7])
+        odd = np.arange(1, n, 2, dtype=np.int64)
+        copies = odd[rng.random(len(odd)) < shape.duplicate_share]
+        back = 2 * rng.integers(0, 50, len(copies), dtype=np.int64) + 1  # odd: the original is even
+        originals = copies - np.minimum(back, copies)  # odd - odd: an even record, never a copy
+        take = np.arange(n, dtype=np.int64)
+        take[copies] = originals
+        columns = {"event_id": pa.array(ids[take], pa.int64())} | {
+            k: (v if isinstance(v, pa.Array) else v.combine_chunks()).take(pa.array(take))
+            for k, v in columns.items()
+        }
+    return pa.Table.from_pydict(columns, schema=shape.schema())
+
+
+def shaped_source(store: ObjectStore, shape: Shape, prefix: str = "input") -> FileLogSource:
+    return FileLogSource(store, prefix, uid="events", schema=shape.schema(), format="parquet")
+
+
+def write_shaped_inputs(
+    spec: EventSpec, shape: Shape, store: ObjectStore, peer_dir: Path
+) -> dict[str, float]:
+    """``write_inputs`` for a ``Shape``: the same files, epochs, partitions and modification times."""
+    began = time.perf_counter()
+    source = shaped_source(store, shape)
+    peer_dir.mkdir(parents=True, exist_ok=True)
+    t0 = time.time() - spec.epochs - 60
+    for e in range(spec.epochs):
+        table = shaped_events(spec, shape, e)
         for p, name in enumerate(partition_names(spec)):
             part = partition_rows(table, p, spec.partitions)
             source.append(name, part, base_offset=e * spec.per_partition)
