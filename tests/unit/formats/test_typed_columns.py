@@ -104,14 +104,13 @@ def test_typed_rows_and_tuples_write_the_same_bytes() -> None:
     "rows",
     [
         (StateRow(1, 0, [1, 2], None),),  # int keys and int slots: the int64 layout
-        (StateRow("a", 0, [1, 2.5], 99),),  # an expiry
         (StateRow("a", 0, [1, 2.5], None), StateRow("b", 0, [1.5, 2.5], None)),  # a slot int, then float
         (StateRow("a", 0, [1, 2.5], None), StateRow(1, 0, [1, 2.5], None)),  # str and int keys
         (StateRow("a", 0, [1, "x"], None),),  # a string slot
-        (StateRow("a", 0, 1.5, None),),  # not a list
+        (StateRow("a", 0, 1.5, None), StateRow("b", 0, [1.5], None)),  # a scalar and a list
         (StateRow(("a", 1), 0, [1.5], None),),  # a tuple key
     ],
-    ids=["int", "expiry", "mixed-slot", "mixed-keys", "str-slot", "scalar", "tuple-key"],
+    ids=["int", "mixed-slot", "mixed-keys", "str-slot", "scalar-and-list", "tuple-key"],
 )
 def test_other_rows_do_not_take_the_typed_layout(rows: tuple[StateRow, ...]) -> None:
     data = encode_key_groups(_snap({0: {"s": rows}}))
@@ -151,3 +150,34 @@ def test_a_damaged_typed_layout_file_is_refused_naming_the_file(change: Any, mes
     data = encode_key_groups(_snap({0: {"s": rows[:1]}, 3: {"s": rows[1:]}}))
     with pytest.raises(StateFileError, match=f"'chk-7/x.arrow'.*{message}"):
         decode_key_groups(_rewrite(data, change), source="chk-7/x.arrow", int_rows=True)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.booleans(),
+    st.sampled_from([int, float, bool]),
+    st.lists(
+        st.tuples(st.text(max_size=5), st.one_of(st.none(), INT64)),
+        min_size=1,
+        max_size=10,
+        unique_by=lambda t: t[0],
+    ),
+    st.data(),
+)
+def test_scalar_values_and_expiries_take_the_typed_layout(
+    string_keys: bool, kind: type, entries: list[tuple[str, int | None]], data: st.DataObject
+) -> None:
+    """Deduplication's ``seen`` flags (a bool with a TTL expiry) and other scalar value states."""
+    rows = tuple(
+        StateRow(k if string_keys else i, None, data.draw(SLOT[kind]), expiry)
+        for i, (k, expiry) in enumerate(entries)
+    )
+    if not string_keys and kind is int and all(e is None for _, e in entries):
+        return  # format version 2's shape
+    data_bytes = encode_key_groups(_snap({5: {"s": rows}}))
+    assert _meta(data_bytes)["epochal.layout"] == "typed"
+    back = decode_key_groups(data_bytes, int_rows=True).key_groups[5]["s"]
+    assert not isinstance(back, TypedRows)
+    assert _bits([r._replace(value=[r.value]) for r in back]) == _bits(
+        [r._replace(value=[r.value]) for r in rows]
+    )
