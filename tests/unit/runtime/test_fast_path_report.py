@@ -95,3 +95,19 @@ def test_a_shape_the_columns_do_not_cover_is_reported_from_the_first_epoch(
         (metrics,) = _window_metrics(tmp_path, window_job(assigner=EventTimeSessionWindows(3_000)), epochs=1)
     assert {m.get("heap_fallback") for m in metrics} == {"session windows"}
     assert caplog.text.count("slow path") == 1
+
+
+def test_deduplication_says_it_has_no_columnar_path(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from spark_jobs.runtime.operators import dedup
+    from spark_jobs.runtime.operators.base import OperatorContext
+    from state_store.core.keygroups import KeyGroupRange
+
+    monkeypatch.setattr(dedup, "_REPORTED", set())
+    with caplog.at_level(logging.WARNING, logger=dedup.__name__):
+        for _ in range(2):
+            op = dedup.DeduplicateOperator("dedup", "k", 1_000)
+            op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
+    assert op.metrics()["heap_fallback"] == dedup.HEAP_ONLY
+    assert caplog.text.count("heap backend") == 1
