@@ -30,8 +30,8 @@ namespace is an int and the values are lists; plain rows otherwise).
 from __future__ import annotations
 
 import itertools
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -47,6 +47,7 @@ INT_FORMAT_VERSION = 2
 SINGLE_VALUE = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING})
 
 _new_row = tuple.__new__
+R = TypeVar("R")
 
 
 class _Run:
@@ -65,22 +66,35 @@ class _Run:
         self.keys, self.namespaces, self.ns_valid, self.values = keys, namespaces, ns_valid, values
 
 
-def int_table(part: KeyedStateSnapshot, metadata: Mapping[str, str]) -> pa.Table | None:
-    """``part`` in the int64 layout, or None when a row does not have its shape (module docstring)."""
+def single_state_runs(
+    part: KeyedStateSnapshot, run_of: Callable[[Sequence[StateRow]], R | None]
+) -> tuple[str, list[tuple[int, R]]] | None:
+    """The name of ``part``'s only state with rows and ``run_of`` of each key group's rows (key groups
+    ascending), or None when ``part`` has several states, a state of another kind than a
+    single-value one, or a run ``run_of`` refuses: the shape the typed layouts share."""
     names = {name for states in part.key_groups.values() for name, rows in states.items() if len(rows)}
     if len(names) != 1:
         return None
     (name,) = names
     if part.kinds.get(name) not in SINGLE_VALUE:
         return None
-    runs: list[tuple[int, _Run]] = []
+    runs: list[tuple[int, R]] = []
     for kg in sorted(part.key_groups):
         rows = part.key_groups[kg].get(name)
         if rows is not None and len(rows):
-            run = _run(rows)
+            run = run_of(rows)
             if run is None:
                 return None
             runs.append((kg, run))
+    return name, runs
+
+
+def int_table(part: KeyedStateSnapshot, metadata: Mapping[str, str]) -> pa.Table | None:
+    """``part`` in the int64 layout, or None when a row does not have its shape (module docstring)."""
+    found = single_state_runs(part, _run)
+    if found is None:
+        return None
+    name, runs = found
     widths = {run.values.shape[1] if run.values.ndim == 2 else 0 for _, run in runs}
     if len(widths) != 1:
         return None

@@ -45,12 +45,12 @@ from numpy.typing import NDArray
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.int_columns import SINGLE_VALUE, single_state_runs
 from state_store.formats.int_rows import IntRows
 from state_store.formats.typed_rows import TypedRows, key_list
 
 TYPED_LAYOUT = "typed"
 TYPED_FORMAT_VERSION = 3
-SINGLE_VALUE = frozenset({StateKind.VALUE, StateKind.REDUCING, StateKind.AGGREGATING})
 _ARROW = {np.dtype(np.int64): pa.int64(), np.dtype(np.float64): pa.float64(), np.dtype(np.bool_): pa.bool_()}
 _DTYPE = {int: np.dtype(np.int64), float: np.dtype(np.float64), bool: np.dtype(np.bool_)}
 
@@ -59,20 +59,10 @@ _new_row = tuple.__new__
 
 def typed_table(part: KeyedStateSnapshot, metadata: Mapping[str, str]) -> pa.Table | None:
     """``part`` in the typed layout, or None when a row does not have its shape (module docstring)."""
-    names = {name for states in part.key_groups.values() for name, rows in states.items() if len(rows)}
-    if len(names) != 1:
+    found = single_state_runs(part, _run)
+    if found is None:
         return None
-    (name,) = names
-    if part.kinds.get(name) not in SINGLE_VALUE:
-        return None
-    runs: list[tuple[int, _Run]] = []
-    for kg in sorted(part.key_groups):
-        rows = part.key_groups[kg].get(name)
-        if rows is not None and len(rows):
-            run = _run(rows)
-            if run is None:
-                return None
-            runs.append((kg, run))
+    name, runs = found
     if len({run.signature for _, run in runs}) != 1:
         return None
     string_keys, dtypes, scalar = runs[0][1].signature

@@ -10,7 +10,6 @@ from unittest.mock import patch
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -22,14 +21,10 @@ from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats import keyed
 from state_store.formats.int_rows import IntRows
 from state_store.formats.keyed import StateFileError, decode_key_groups, encode_key_groups
+from tests.unit.formats.support import file_meta, rewrite, with_meta
 
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 MAXP = 16
-
-
-def _meta(data: bytes) -> dict[str, str]:
-    schema = ipc.open_stream(pa.py_buffer(data)).schema
-    return {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
 
 
 def _snap(
@@ -59,7 +54,7 @@ def int_shaped(draw: st.DrawFn) -> KeyedStateSnapshot:
 @given(int_shaped())
 def test_int_shaped_rows_take_the_int64_layout_and_come_back_exactly(snap: KeyedStateSnapshot) -> None:
     data = encode_key_groups(snap)
-    meta = _meta(data)
+    meta = file_meta(data)
     assert (meta["epochal.format_version"], meta["epochal.layout"], meta["epochal.state"]) == (
         "2",
         "int64",
@@ -76,7 +71,7 @@ def test_int_shaped_rows_take_the_int64_layout_and_come_back_exactly(snap: Keyed
     assert encode_key_groups(decode_key_groups(data, int_rows=True)) == data
     with patch.object(keyed, "INT_COLUMNS", False):
         text = encode_key_groups(snap)
-    assert _meta(text)["epochal.format_version"] == "1"
+    assert file_meta(text)["epochal.format_version"] == "1"
     assert decode_key_groups(text) == decode_key_groups(data)
 
 
@@ -119,7 +114,9 @@ def test_other_rows_do_not_take_the_int64_layout(key_groups: dict[int, dict[str,
     kinds = kinds or {name: StateKind.VALUE for states in key_groups.values() for name in states}
     snap = _snap(key_groups, kinds)
     data = encode_key_groups(snap)
-    assert _meta(data)["epochal.format_version"] != "2" and _meta(data).get("epochal.layout") != "int64"
+    assert (
+        file_meta(data)["epochal.format_version"] != "2" and file_meta(data).get("epochal.layout") != "int64"
+    )
     assert decode_key_groups(data).key_groups == snap.key_groups  # the text or the typed layout
 
 
@@ -132,29 +129,13 @@ def test_parquet_files_keep_the_text_layout() -> None:
     assert table.schema.metadata[b"epochal.format_version"] == b"1"
 
 
-def _rewrite(data: bytes, change: Any) -> bytes:
-    table = change(ipc.open_stream(pa.py_buffer(data)).read_all())
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def _with_meta(**changes: str) -> Any:
-    def change(table: pa.Table) -> pa.Table:
-        meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
-        return table.replace_schema_metadata({**meta, **changes})
-
-    return change
-
-
 @pytest.mark.parametrize(
     "change, message",
     [
-        (_with_meta(**{"epochal.layout": "float32"}), "layout"),
-        (_with_meta(**{"epochal.state": "other"}), "not a single-value state"),
-        (_with_meta(**{"epochal.format_version": "4"}), "newer than this Epochal supports"),
-        (_with_meta(**{"epochal.key_group_range": "[0, 0]"}), "outside range"),
+        (with_meta(**{"epochal.layout": "float32"}), "layout"),
+        (with_meta(**{"epochal.state": "other"}), "not a single-value state"),
+        (with_meta(**{"epochal.format_version": "4"}), "newer than this Epochal supports"),
+        (with_meta(**{"epochal.key_group_range": "[0, 0]"}), "outside range"),
         (lambda t: t.set_column(1, "key", t.column("key").cast(pa.string())), "columns"),
         (lambda t: t.set_column(1, "key", pa.array([None, 2], pa.int64())), "null keys"),
     ],
@@ -162,9 +143,9 @@ def _with_meta(**changes: str) -> Any:
 def test_a_damaged_int64_layout_file_is_refused_naming_the_file(change: Any, message: str) -> None:
     rows = (StateRow(1, 0, [1], None), StateRow(2, 0, [2], None))
     data = encode_key_groups(_snap({0: {"s": rows[:1]}, 3: {"s": rows[1:]}}))
-    assert json.loads(_meta(data)["epochal.key_group_range"]) == [0, 3]
+    assert json.loads(file_meta(data)["epochal.key_group_range"]) == [0, 3]
     with pytest.raises(StateFileError, match=f"'chk-7/x.arrow'.*{message}"):
-        decode_key_groups(_rewrite(data, change), source="chk-7/x.arrow", int_rows=True)
+        decode_key_groups(rewrite(data, change), source="chk-7/x.arrow", int_rows=True)
 
 
 def test_a_backend_restores_the_same_state_from_either_layout() -> None:

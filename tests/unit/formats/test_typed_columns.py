@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,15 +20,11 @@ from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats.keyed import StateFileError, decode_key_groups, encode_key_groups
 from state_store.formats.typed_rows import TypedRows
+from tests.unit.formats.support import file_meta, rewrite, with_meta
 
 MAXP = 16
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 SLOT = {int: INT64, float: st.floats(allow_nan=True, allow_infinity=True), bool: st.booleans()}
-
-
-def _meta(data: bytes) -> dict[str, str]:
-    schema = ipc.open_stream(pa.py_buffer(data)).schema
-    return {k.decode(): v.decode() for k, v in (schema.metadata or {}).items()}
 
 
 def _snap(key_groups: dict[int, dict[str, Any]]) -> KeyedStateSnapshot:
@@ -67,7 +62,7 @@ def typed_shaped(draw: st.DrawFn) -> KeyedStateSnapshot:
 @given(typed_shaped())
 def test_typed_rows_take_the_typed_layout_and_come_back_bit_for_bit(snap: KeyedStateSnapshot) -> None:
     data = encode_key_groups(snap)
-    meta = _meta(data)
+    meta = file_meta(data)
     assert (meta["epochal.format_version"], meta["epochal.layout"], meta["epochal.state"]) == (
         "3",
         "typed",
@@ -114,33 +109,17 @@ def test_typed_rows_and_tuples_write_the_same_bytes() -> None:
 )
 def test_other_rows_do_not_take_the_typed_layout(rows: tuple[StateRow, ...]) -> None:
     data = encode_key_groups(_snap({0: {"s": rows}}))
-    assert _meta(data).get("epochal.layout") != "typed"
+    assert file_meta(data).get("epochal.layout") != "typed"
     assert decode_key_groups(data).key_groups[0]["s"] == rows
-
-
-def _rewrite(data: bytes, change: Any) -> bytes:
-    table = change(ipc.open_stream(pa.py_buffer(data)).read_all())
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as writer:
-        writer.write_table(table)
-    return bytes(sink.getvalue().to_pybytes())
-
-
-def _with_meta(**changes: str) -> Any:
-    def change(table: pa.Table) -> pa.Table:
-        meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
-        return table.replace_schema_metadata({**meta, **changes})
-
-    return change
 
 
 @pytest.mark.parametrize(
     "change, message",
     [
-        (_with_meta(**{"epochal.layout": "int64"}), "layout"),
-        (_with_meta(**{"epochal.state": "other"}), "not a single-value state"),
-        (_with_meta(**{"epochal.format_version": "4"}), "newer than this Epochal supports"),
-        (_with_meta(**{"epochal.key_group_range": "[0, 0]"}), "outside range"),
+        (with_meta(**{"epochal.layout": "int64"}), "layout"),
+        (with_meta(**{"epochal.state": "other"}), "not a single-value state"),
+        (with_meta(**{"epochal.format_version": "4"}), "newer than this Epochal supports"),
+        (with_meta(**{"epochal.key_group_range": "[0, 0]"}), "outside range"),
         (lambda t: t.set_column(1, "key", t.column("key").cast(pa.large_string())), "columns"),
         (lambda t: t.set_column(1, "key", pa.array([None, "b"], pa.string())), "null keys"),
     ],
@@ -149,7 +128,7 @@ def test_a_damaged_typed_layout_file_is_refused_naming_the_file(change: Any, mes
     rows = (StateRow("a", 0, [1, 0.5], None), StateRow("b", 0, [2, 1.5], None))
     data = encode_key_groups(_snap({0: {"s": rows[:1]}, 3: {"s": rows[1:]}}))
     with pytest.raises(StateFileError, match=f"'chk-7/x.arrow'.*{message}"):
-        decode_key_groups(_rewrite(data, change), source="chk-7/x.arrow", int_rows=True)
+        decode_key_groups(rewrite(data, change), source="chk-7/x.arrow", int_rows=True)
 
 
 @settings(max_examples=60, deadline=None)
@@ -175,7 +154,7 @@ def test_scalar_values_and_expiries_take_the_typed_layout(
     if not string_keys and kind is int and all(e is None for _, e in entries):
         return  # format version 2's shape
     data_bytes = encode_key_groups(_snap({5: {"s": rows}}))
-    assert _meta(data_bytes)["epochal.layout"] == "typed"
+    assert file_meta(data_bytes)["epochal.layout"] == "typed"
     back = decode_key_groups(data_bytes, int_rows=True).key_groups[5]["s"]
     assert not isinstance(back, TypedRows)
     assert _bits([r._replace(value=[r.value]) for r in back]) == _bits(
