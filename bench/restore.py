@@ -2,7 +2,9 @@
 
 The floor reads every state file the checkpoint references from the same store and decodes it
 with ``pyarrow.ipc`` (no checksum, no Python objects): no restore can be faster on this machine.
-Epochal's restore = ``read_operator_restore`` (fetch, size + SHA-256 check, decode, chain merge)
+The verified floor adds each file's checksum on one thread: BLAKE3, as the handles name it (and,
+for comparison, SHA-256: what format-1 handles needed). Epochal's restore = ``read_operator_restore``
+(fetch, size + checksum check, decode, chain merge)
 + opening the window operator on it (its columnar accumulators: ``window_columns``), over every key
 group (the whole state, as parallelism 1 would), with the cyclic GC paused as a subtask pauses it;
 ``heap_restore_s`` is the same restore into the heap backend (what other operators do).
@@ -24,7 +26,7 @@ from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.build import OperatorSite, build_operator
 from spark_jobs.runtime.operators.window import WindowOperator
 from spark_jobs.runtime.state_io import read_operator_restore
-from state_store.core import JobLayout, load_completed
+from state_store.core import JobLayout, checksums, load_completed
 from state_store.core.codec import sha256_hex
 from state_store.core.coordinator import CheckpointCoordinator
 from state_store.core.keygroups import KeyGroupRange
@@ -51,12 +53,18 @@ def floor_and_restore(store_uri: str, job: Job, uid: str = "windows", *, heap: b
         rows += pa.ipc.open_stream(pa.py_buffer(data)).read_all().num_rows
     floor = time.perf_counter() - began
     began = time.perf_counter()
-    for key, handle in handles.items():  # the floor of a verified read: the same plus SHA-256
+    for key, handle in handles.items():  # the floor of a verified read: the same plus the checksum
         data = store.get(key).data
-        if sha256_hex(data) != handle.sha256:
-            raise ValueError(f"state file {key} does not match its SHA-256")
+        if checksums.mismatch(handle.checksum, data) is not None:
+            raise ValueError(f"state file {key} does not match its checksum {handle.checksum}")
         pa.ipc.open_stream(pa.py_buffer(data)).read_all()
     verified_floor = time.perf_counter() - began
+    began = time.perf_counter()
+    for key in handles:  # the same with SHA-256, what a format-1 handle made every restore compute
+        data = store.get(key).data
+        sha256_hex(data)
+        pa.ipc.open_stream(pa.py_buffer(data)).read_all()
+    sha256_floor = time.perf_counter() - began
     everything = KeyGroupRange(0, job.max_parallelism - 1)
     began = time.perf_counter()
     with gc_paused():  # as a subtask restores (spark_jobs.runtime.gcpause)
@@ -83,6 +91,8 @@ def floor_and_restore(store_uri: str, job: Job, uid: str = "windows", *, heap: b
         "entries": rows,
         "floor_s": floor,
         "verified_floor_s": verified_floor,
+        "sha256_floor_s": sha256_floor,
+        "algorithms": sorted({h.algorithm for h in handles.values()}),
         "restore_s": restore,
         "restore_columnar": columnar,
         "restore_over_floor": restore / max(floor, 1e-9),

@@ -5,11 +5,11 @@ directly: the window operator's accumulators (``WindowColumns``: count and sum p
 10-second window) for ``keys`` users in ``windows`` open windows, split over ``parallelism``
 subtasks by key group, written by the real snapshot path (``write_operator_snapshot``: int64
 layout, content-addressed files of up to ``ROWS_PER_FILE`` rows) and completed as a real checkpoint
-(trigger, acks, ``complete`` with its size and SHA-256 checks). Then, as in ``bench.restore``:
+(trigger, acks, ``complete`` with its size checks). Then, as in ``bench.restore``:
 
 * floor: every state file fetched from the same store and read with ``pyarrow.ipc`` (no checksum,
   no Python objects);
-* restore: ``read_operator_restore`` (fetch, verify size and SHA-256, decode; the files of one
+* restore: ``read_operator_restore`` (fetch, verify size and BLAKE3, decode; the files of one
   subtask's share, each once) -- split into ``read_s`` and the window operator's ``open`` on it
   (``open_s``: one run per window, in the files' (key group, key) order; the key groups of a
   checkpoint's files are trusted), over every key group (the whole state, as parallelism 1 would restore it).

@@ -67,7 +67,7 @@ def write_checkpoint(store, layout: JobLayout, n: int, *, fail: bool, pending_on
     for task in TASKS:
         size = 4096 + (n * 37 + task.subtask * 101) % 2048
         handle = StateHandle(
-            layout.state_file(n, task.uid, task.subtask, task.subtask, "arrow"), size, "0" * 64
+            layout.state_file(n, task.uid, task.subtask, task.subtask, "arrow"), size, "blake3:" + "0" * 64
         )
         ack = AckRecord(n, task, 1, 1, (handle,), metrics={"bytes_written": size, "alignment_ms": n % 13})
         documents.create(store, layout.ack(n, task.uid, task.subtask, 1, 1), ack)

@@ -1,8 +1,9 @@
 """The ``epochal`` command line. Exit codes: 0 ok, 1 failure, 2 bad usage or input.
 
 Subcommands: ``demo``, ``run``, ``output``, ``checkpoints list|show|diff``, ``savepoint``,
-``savepoints list|dispose``, ``restore``, ``backfill``, ``inspect``, ``retention``, ``report``,
-``lease show|break``, ``chaos``, ``protocol-demo`` (the checkpoint protocol alone).
+``savepoints list|dispose``, ``restore``, ``backfill``, ``inspect``, ``retention``, ``validate``
+(``--deep``), ``report``, ``lease show|break``, ``chaos``, ``protocol-demo`` (the checkpoint protocol
+alone).
 
 Every command that changes a job holds the job's lease while it does (``state_store.lease_keeper``):
 a second one gets a one-line error naming the holder, or waits with ``--wait``.
@@ -239,6 +240,38 @@ def _cmd_checkpoints(args: argparse.Namespace) -> int:
             f"checkpoint {args.id} of job {args.job} was not found: see `epochal checkpoints list`"
         ) from None
     print(json.dumps(to_jsonable(cp.metadata), indent=1))
+    return 0
+
+
+class AuditFailedError(EpochalError):
+    """``epochal validate`` found a damaged checkpoint (exit 1; each finding names file and remedy)."""
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from state_store.core.audit import audit_checkpoints
+    from state_store.core.parallel import read_concurrency
+
+    store = _job_store(args)
+    if any(n < 1 for n in args.checkpoint):
+        raise UsageError(f"--checkpoint {min(args.checkpoint)} is invalid: use a completed checkpoint id")
+    report = audit_checkpoints(
+        store,
+        args.job,
+        deep=args.deep,
+        checkpoint_ids=args.checkpoint or None,
+        concurrency=read_concurrency(store, 16),
+    )
+    if args.json:
+        print(json.dumps(report.to_json()))
+    else:
+        for finding in report.findings:
+            print(f"DAMAGED {finding.line()}")
+        print(report.summary_line())
+    if not report.ok:
+        first = report.findings[0]
+        raise AuditFailedError(
+            f"job {args.job}: {len(report.findings)} damaged file(s), the first: {first.line()}"
+        )
     return 0
 
 
@@ -610,6 +643,26 @@ def build_parser() -> argparse.ArgumentParser:
         "--max-parallelism", type=int, default=None, help="key groups of the job (default: its job record's)"
     )
     chk.set_defaults(func=_cmd_checkpoints)
+
+    val = sub.add_parser(
+        "validate",
+        help="audit the stored checkpoints: metadata, every file present with its size; "
+        "--deep reads every byte back and checks its checksum",
+    )
+    common(val)
+    val.add_argument(
+        "--deep",
+        action="store_true",
+        help="read every state file back and check it against its writer's checksum",
+    )
+    val.add_argument(
+        "--checkpoint",
+        type=int,
+        action="append",
+        default=[],
+        help="audit only this checkpoint id (repeatable; default: every completed checkpoint)",
+    )
+    val.set_defaults(func=_cmd_validate)
 
     rep = sub.add_parser("report", help="write a self-contained HTML page of a job's checkpoints")
     common(rep)

@@ -35,7 +35,12 @@ from epochal_airflow.operators.checkpoint import (
     ValidateCheckpointOperator,
 )
 from epochal_airflow.operators.spark_submit import SparkSubmitEpochOperator
-from epochal_airflow.operators.state import BackfillOperator, RestoreOperator, TriggerSavepointOperator
+from epochal_airflow.operators.state import (
+    AuditCheckpointsOperator,
+    BackfillOperator,
+    RestoreOperator,
+    TriggerSavepointOperator,
+)
 
 START = pendulum.datetime(2023, 11, 14, tz="UTC")
 
@@ -188,8 +193,25 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
             epochs="{{ params.epochs }}",
             **common,
         )
-    with manual("epochal_maintenance", "Retention, sink orphan sweep", {}) as maintenance:
-        ApplyRetentionOperator(task_id="apply_retention", **common)
+    with manual(
+        "epochal_maintenance",
+        "Retention, sink orphan sweep, then the audit of the retained checkpoints (epochal validate)",
+        {
+            "deep": Param(
+                True,
+                type="boolean",
+                description="read every state file back and check its checksum (else presence and sizes)",
+            )
+        },
+    ) as maintenance:
+        retain = ApplyRetentionOperator(task_id="apply_retention", **common)
+        audit = AuditCheckpointsOperator(
+            task_id="validate_checkpoints",
+            deep="{{ params.deep }}",
+            trigger_rule="all_done",  # audit what is stored even when retention failed
+            **common,
+        )
+        retain >> audit
     return [savepoint, restore, backfill, maintenance]
 
 

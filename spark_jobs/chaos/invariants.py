@@ -4,7 +4,8 @@
    key, the same order of commits;
 2. the state restored from every retained checkpoint equals the fault-free state at the same
    input cut (checkpoint ids differ between runs; the cut does not);
-3. ``LATEST`` only references checkpoints that verify (deep: SHA-256) and never moves backwards
+3. ``LATEST`` only references checkpoints that verify (deep: every file read back against its
+   checksum; a bit flipped on the way to the store is refused on upload) and never moves backwards
    (checked after every action); a failed validation gate leaves it and the sink unchanged;
 4. no file referenced by a retained checkpoint (newest ``retained_checkpoints`` completed ones and
    the one ``LATEST`` names) or by an in-flight checkpoint's acks is missing (checked after every

@@ -115,6 +115,10 @@ class ChaosStore:
         self._before("put_if_absent", key)
         return self.faulty.put_if_absent(key, data)
 
+    def put_verified(self, key: str, data: bytes, checksum: str, *, create_only: bool = False) -> str:
+        self._before("put_if_absent" if create_only else "put", key)
+        return self.faulty.put_verified(key, data, checksum, create_only=create_only)
+
     def put_if_match(self, key: str, data: bytes, expected_version: str) -> str:
         self._before("put_if_match", key)
         return self.faulty.put_if_match(key, data, expected_version)

@@ -206,7 +206,7 @@ def import_snapshot(
                         if part.key_groups:
                             data = encode_key_groups(part, "arrow")
                             handle = responder.upload_shared(step.uid, data, "arrow")
-                            files[str(kg)] = {"key": handle.key, "size": handle.size, "sha256": handle.sha256}
+                            files[str(kg)] = handle.to_json()
                             written.append(handle)
                 timers = {kg: doms for kg, doms in op.timers.items() if kg in owned}
                 snap = {STATE_FILES: files, "timers": timers_to_json(timers), "extra": {}}

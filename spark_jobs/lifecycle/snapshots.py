@@ -82,7 +82,7 @@ def _merge(parts: list[KeyedStateSnapshot], max_parallelism: int) -> KeyedStateS
 
 
 def from_checkpoint(store: ObjectStore, job_id: str, checkpoint_id: int, max_parallelism: int) -> Snapshot:
-    """Read and verify (sizes and SHA-256) the full state of a completed checkpoint."""
+    """Read and verify (every file read back: size and checksum) a completed checkpoint's state."""
     try:
         meta = load_completed(store, JobLayout(job_id), checkpoint_id, deep=True).metadata
     except ObjectNotFound:

@@ -9,8 +9,9 @@ Invariants:
   * only record batches with rows are recorded (watermarks, statuses and barriers are not state);
   * the file is referenced by exactly one ack of the subtask, its *anchor*: the first expected uid
     (the stage's first stateful step, else its first sink); its snapshot entry ``channel_state``
-    holds the key, size, SHA-256 and row count;
-  * a file whose SHA-256 differs from its entry is refused, never replayed;
+    holds the key, size, checksum (``blake3:<hex>``; an entry written before format 2 has
+    ``sha256``) and row count;
+  * a file whose size or checksum differs from its entry is refused, never replayed;
   * on restore every subtask replays, before any new input, the rows of its own key groups from
     every file of the anchor -- so channel state survives rescaling.
 """
@@ -24,7 +25,7 @@ from typing import Any
 import pyarrow as pa
 
 from spark_jobs.runtime.keys import KeySpec, key_column, key_groups
-from state_store.core.codec import sha256_hex
+from state_store.core import checksums
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.manifests import CompletedMetadata, StateHandle
 from state_store.core.ports import ObjectStore
@@ -70,8 +71,7 @@ class ChannelStateRef:
     rows: int
 
     def snapshot_entry(self) -> dict[str, Any]:
-        h = self.handle
-        return {SNAPSHOT_KEY: {"key": h.key, "size": h.size, "sha256": h.sha256, "rows": self.rows}}
+        return {SNAPSHOT_KEY: {**self.handle.to_json(), "rows": self.rows}}
 
 
 def restored_channel_state(metadata: CompletedMetadata, anchor: str) -> Iterator[Mapping[str, Any]]:
@@ -83,11 +83,16 @@ def restored_channel_state(metadata: CompletedMetadata, anchor: str) -> Iterator
 
 
 def read_channel_state(store: ObjectStore, entry: Mapping[str, Any]) -> pa.Table:
-    """The table of one channel-state file, verified against its entry's SHA-256."""
+    """The table of one channel-state file, verified against its entry's size (when recorded) and
+    checksum (BLAKE3, or the ``sha256`` of an entry written before format 2)."""
+    checksum = entry["checksum"] if "checksum" in entry else f"{checksums.SHA256}:{entry['sha256']}"
     data = store.get(entry["key"]).data
-    if sha256_hex(data) != entry["sha256"]:
+    size = entry.get("size", len(data))
+    actual = checksums.mismatch(checksum, data)
+    if actual is not None or size != len(data):
         raise RuntimeError(
-            f"channel state {entry['key']} fails its SHA-256 check; restore from an earlier checkpoint"
+            f"channel state {entry['key']} has {len(data)} bytes and checksum {actual or checksum}, its "
+            f"checkpoint says {size} bytes and {checksum}; restore from an earlier checkpoint"
         )
     with pa.ipc.open_stream(pa.py_buffer(data)) as reader:
         return reader.read_all()

@@ -7,7 +7,8 @@ Writing (the asynchronous part of a snapshot; runs on a thread pool):
     checkpoints; our grain is the (state, key, namespace) entry, computed by diffing the snapshot
     against the restored base);
   * an unchanged key group references its chain as is; files are written content-addressed to
-    ``shared/<uid>/<sha256>.arrow`` (create-only; an identical file already there is referenced);
+    ``shared/<uid>/<blake3>.arrow`` (create-only; an identical file already there is referenced),
+    checksummed while written and verified by the store on upload (``checksums.put_checked``);
   * the key groups that changed are written together -- their full files and deltas side by side
     in one file of up to ``ROWS_PER_FILE`` rows (Flink's one file per subtask, with key groups
     inside), which each of their chains names as its new base or delta; the ack lists it once
@@ -16,7 +17,8 @@ Writing (the asynchronous part of a snapshot; runs on a thread pool):
     every referenced file is also an ack handle, so completion verifies it and retention keeps it.
 Reading (restore, any parallelism): the files of the key groups the subtask owns are fetched from
 every old subtask's entry -- each file once, however many of those key groups it holds -- verified
-(size and SHA-256) and decoded.
+(size and the checksum its handle names: BLAKE3, or SHA-256 for files written before handle format 2)
+and decoded.
 """
 
 from __future__ import annotations
@@ -29,8 +31,7 @@ from functools import partial
 from typing import Any
 
 from spark_jobs.runtime.operators.base import OperatorRestore, OperatorSnapshot
-from state_store.core import task_parts
-from state_store.core.codec import sha256_hex
+from state_store.core import checksums, task_parts
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import CompletedMetadata, StateHandle
@@ -45,7 +46,7 @@ STATE_FILES = task_parts.STATE_FILES
 
 
 class StateRestoreError(RuntimeError):
-    """A state file that is missing or does not match its recorded size/SHA-256."""
+    """A state file that is missing or does not match its recorded size or checksum."""
 
 
 @dataclass
@@ -57,11 +58,12 @@ class WrittenSnapshot:
 
 
 def _handle_json(h: StateHandle) -> dict[str, Any]:
-    return {"key": h.key, "size": h.size, "sha256": h.sha256}
+    return h.to_json()
 
 
 def _handle(value: Mapping[str, Any]) -> StateHandle:
-    return StateHandle(str(value["key"]), int(value["size"]), str(value["sha256"]))
+    """A handle of an ack's ``state_files`` (``checksum``, or a format-1 ``sha256``)."""
+    return StateHandle.from_json(value, what="state file handle of an operator snapshot")
 
 
 def timers_to_json(timers: Mapping[int, Mapping[str, list[list[Any]]]]) -> dict[str, Any]:
@@ -172,20 +174,21 @@ class KeyGroupChain:
 def _upload(
     store: ObjectStore, layout: JobLayout, uid: str, data: bytes, out: WrittenSnapshot
 ) -> StateHandle:
-    digest = sha256_hex(data)
+    digest = checksums.hex_of(data)  # BLAKE3: the content address and the checksum in one pass
+    checksum = f"{checksums.STATE_FILE_ALGORITHM}:{digest}"
     key = layout.shared_file(uid, digest, "arrow")
     info = store.head(key)
     if info is None:
-        store.put_if_absent(key, data)
-    elif info.size != len(data) or sha256_hex(store.get(key).data) != digest:
+        checksums.put_checked(store, key, data, checksum, create_only=True)
+    elif info.size != len(data) or checksums.mismatch(checksum, store.get(key).data) is not None:
         # Only a retry finds its content already there: an earlier failed write may have left it
         # torn or corrupted (a checkpoint referencing it then never verifies); write it whole again.
-        store.put(key, data)
+        checksums.put_checked(store, key, data, checksum)
     else:
-        return StateHandle(key, len(data), digest)
+        return StateHandle(key, len(data), checksum)
     out.bytes_written += len(data)
     out.files_written += 1
-    return StateHandle(key, len(data), digest)
+    return StateHandle(key, len(data), checksum)
 
 
 def write_operator_snapshot(
@@ -423,16 +426,25 @@ def read_operator_restore(
 
 
 VERIFY_THREADS = max(1, min(4, os.cpu_count() or 1))
-"""Threads that verify (SHA-256) and decode fetched state files while the next ones are fetched:
-hashing and Arrow decoding release the GIL, so a restore of many files uses every core."""
+"""Threads that fetch, verify (BLAKE3, or SHA-256 for older files) and decode state files at once:
+both hashes and Arrow decoding release the GIL, so a restore of many files uses every core (BLAKE3
+also spreads one large file over the cores, ``state_store.hashing``)."""
 
 
 def _load_all(
     store: ObjectStore, chains: Mapping[int, KeyGroupChain], checkpoint_id: int, int_rows: bool
 ) -> dict[str, KeyedStateSnapshot]:
-    """Every file of ``chains``, fetched once each in key-group order (concurrently where the store
-    allows: ``read_concurrency``), verified and decoded on ``VERIFY_THREADS``. Base files decode to
-    ``IntRows`` when ``int_rows``. Errors come in file order, as a sequential loop would raise them."""
+    """Every file of ``chains``, fetched once each, verified and decoded. Base files decode to
+    ``IntRows`` when ``int_rows``. Errors come in file order (key-group order), as a sequential
+    loop would raise them.
+
+    A store whose reads are thread-safe (it declares ``max_concurrent_reads``: S3, local, memory)
+    is read by ``max(VERIFY_THREADS, read_concurrency)`` threads, each fetching, verifying and
+    decoding whole files, so the bytes are hashed while still in that core's caches: 1 GB on 2
+    cores read in 0.29-0.31 s this way, 0.55-0.58 s when one thread fetched for two verifiers. A store
+    read one call at a time (fault-injection wrappers, test doubles: their faults are consumed in
+    call order) is fetched in order by the calling thread, and verified and decoded on
+    ``VERIFY_THREADS`` meanwhile."""
     order: dict[str, StateHandle] = {}  # every file, in the order a key-group loop meets it
     columns: set[str] = set()  # base files
     for kg in sorted(chains):
@@ -456,9 +468,16 @@ def _load_all(
     def check(handle: StateHandle, data: bytes) -> KeyedStateSnapshot:
         return _verified(handle, data, checkpoint_id, int_rows and handle.key in columns)
 
-    fetched = map_ordered(fetch, handles, read_concurrency(store, UPLOAD_CONCURRENCY))
-    if len(handles) == 1 or VERIFY_THREADS == 1:
-        return {h.key: check(h, data) for h, data in zip(handles, fetched)}
+    def load(handle: StateHandle) -> KeyedStateSnapshot:
+        return check(handle, fetch(handle))
+
+    if len(handles) == 1:
+        return {handles[0].key: load(handles[0])}
+    declared = getattr(store, "max_concurrent_reads", None)
+    if isinstance(declared, int) and not isinstance(declared, bool):
+        workers = max(VERIFY_THREADS, read_concurrency(store, UPLOAD_CONCURRENCY))
+        return {h.key: snap for h, snap in zip(handles, map_ordered(load, handles, workers), strict=True)}
+    fetched = map_ordered(fetch, handles, 1)
     with ThreadPoolExecutor(VERIFY_THREADS, thread_name_prefix="epochal-verify") as pool:
         futures: list[Future[KeyedStateSnapshot]] = []
         try:
@@ -472,12 +491,13 @@ def _load_all(
 
 
 def _verified(handle: StateHandle, data: bytes, checkpoint_id: int, int_rows: bool) -> KeyedStateSnapshot:
-    digest = sha256_hex(data)
-    if len(data) != handle.size or digest != handle.sha256:
+    actual = None if len(data) != handle.size else checksums.mismatch(handle.checksum, data)
+    if len(data) != handle.size or actual is not None:
+        found = f"{len(data)} bytes" if actual is None else f"{len(data)} bytes and checksum {actual}"
         raise StateRestoreError(
-            f"state file {handle.key} of checkpoint {checkpoint_id} has {len(data)} bytes and sha256 "
-            f"{digest}, the checkpoint says {handle.size} bytes and {handle.sha256}; restore from an "
-            "earlier checkpoint or a savepoint"
+            f"state file {handle.key} of checkpoint {checkpoint_id} has {found}, the checkpoint says "
+            f"{handle.size} bytes and {handle.checksum}: its bytes changed after it was written; "
+            "restore from an earlier checkpoint or a savepoint"
         )
     return decode_key_groups(data, "arrow", source=handle.key, int_rows=int_rows)
 

@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.sinks.commit_log import CommitLog
-from state_store.core.codec import ManifestError, sha256_hex
+from state_store.core import checksums
+from state_store.core.codec import ManifestError
 from state_store.core.manifests import StateHandle
 from state_store.core.ports import ObjectStore
 from state_store.core.twophase import PreCommittedTxn, Transaction, TransactionalSink, TxnId
@@ -109,8 +110,9 @@ class ParquetTransactionalSink(TransactionalSink[Any]):
                 key = self.log.layout.staged_file(t.checkpoint_id, t.subtask, t.attempt, t.generation, k)
                 data = self._encode(part)
                 txn.staged.append(key)
-                self.store.put_if_absent(key, data)
-                handles.append(StateHandle(key, len(data), sha256_hex(data)))
+                checksum = checksums.checksum_of(data)
+                checksums.put_checked(self.store, key, data, checksum, create_only=True)
+                handles.append(StateHandle(key, len(data), checksum))
         return PreCommittedTxn(
             t.sink_uid, t.checkpoint_id, t.subtask, t.attempt, t.generation, tuple(handles), rows
         )

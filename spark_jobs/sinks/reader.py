@@ -4,7 +4,7 @@ Steps of :func:`read_committed`:
 
 1. list ``_commits/`` and decode every entry (a torn or edited entry is a ManifestError);
 2. for each checkpoint in ascending id, each subtask in ascending order, each file in order:
-   read it and verify its byte size and SHA-256 against the entry (CorruptSinkFileError naming
+   read it and verify its byte size and checksum against the entry (CorruptSinkFileError naming
    the file otherwise);
 3. concatenate the Parquet tables.
 
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from spark_jobs.sinks.commit_log import CommitLog
-from state_store.core.codec import sha256_hex
+from state_store.core import checksums
 from state_store.core.manifests import StateHandle
 from state_store.core.ports import ObjectNotFound, ObjectStore
 from state_store.formats.arrow_bytes import read_parquet
@@ -35,7 +35,7 @@ class SinkReadError(RuntimeError):
 
 
 class CorruptSinkFileError(SinkReadError):
-    """A committed file whose size or SHA-256 differs from the commit log."""
+    """A committed file whose size or checksum differs from the commit log."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,9 +112,9 @@ def _verified(store: ObjectStore, uid: str, checkpoint_id: int, handle: StateHan
         raise CorruptSinkFileError(
             f"{where} has {len(data)} bytes, the commit log says {handle.size}; {remedy}"
         )
-    digest = sha256_hex(data)
-    if digest != handle.sha256:
+    actual = checksums.mismatch(handle.checksum, data)
+    if actual is not None:
         raise CorruptSinkFileError(
-            f"{where} has sha256 {digest}, the commit log says {handle.sha256}; {remedy}"
+            f"{where} has checksum {actual}, the commit log says {handle.checksum}; {remedy}"
         )
     return data

@@ -7,8 +7,16 @@ Every document the protocol writes has this envelope::
 ``sha256`` is the SHA-256 of the canonical JSON of ``body`` (sorted keys, no spaces), so a torn,
 truncated or bit-flipped document is detected even when it still parses. Decoding refuses, with a
 :class:`ManifestError` naming the object and the remedy: invalid JSON, a wrong kind, a checksum
-mismatch, a missing or mistyped field, and a ``format_version`` newer than :data:`FORMAT_VERSION`
-(:class:`UnsupportedFormatVersion`).
+mismatch, a missing or mistyped field, and a ``format_version`` newer than the kind's
+(:func:`format_version`; :class:`UnsupportedFormatVersion`).
+
+Versions are per kind: :data:`FORMAT_VERSION` (1) unless :data:`FORMAT_VERSIONS` says otherwise.
+Version 2 of ``ack``, ``metadata`` and ``sink_commit`` (the documents that carry data-file handles)
+spells a handle's checksum ``"checksum": "<algorithm>:<hex>"`` (BLAKE3 for new files, see
+``state_store.core.checksums``) where version 1 had ``"sha256": "<hex>"``. Older documents are
+still read: a dataclass registered with :func:`read_older_spelling` gets each JSON object through
+that function first (``StateHandle`` turns ``sha256`` into ``checksum: "sha256:<hex>"``), and an
+older Epochal refuses a version-2 document with "upgrade Epochal" instead of misreading it.
 
 Field types understood by the reflective decoder: ``int``, ``float``, ``str``, ``bool``, enums
 (by value), nested frozen dataclasses, ``tuple[X, ...]``, ``X | None``, and ``dict`` (any JSON
@@ -30,6 +38,9 @@ from typing import Any, TypeVar
 from state_store.core.errors import EpochalError
 
 FORMAT_VERSION = 1
+"""The envelope version of every kind not in :data:`FORMAT_VERSIONS`."""
+FORMAT_VERSIONS: dict[str, int] = {"ack": 2, "metadata": 2, "sink_commit": 2}
+"""Kinds whose current version is above :data:`FORMAT_VERSION` (module docstring)."""
 _REMEDY = "do not edit checkpoint files by hand; restore from an earlier checkpoint or a savepoint"
 
 T = TypeVar("T")
@@ -41,6 +52,21 @@ class ManifestError(ValueError, EpochalError):
 
 class UnsupportedFormatVersion(ManifestError):
     """A document written by a newer Epochal than this one."""
+
+
+def format_version(kind: str) -> int:
+    """The version this Epochal writes, and the newest it reads, of documents of ``kind``."""
+    return FORMAT_VERSIONS.get(kind, FORMAT_VERSION)
+
+
+_OLDER_SPELLINGS: dict[type, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def read_older_spelling(cls: type, convert: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    """Decode every JSON object of dataclass ``cls`` through ``convert`` first (how fields that an
+    older format version spelled otherwise are read; ``convert`` returns the object unchanged when
+    it already has the current spelling). Register before the first decode of ``cls``."""
+    _OLDER_SPELLINGS[cls] = convert
 
 
 def is_int(value: Any) -> bool:
@@ -85,7 +111,7 @@ def encode_document(kind: str, record: Any) -> bytes:
         [
             b'{"body":',
             body,
-            b',"format_version":%d,"kind":' % FORMAT_VERSION,
+            b',"format_version":%d,"kind":' % format_version(kind),
             canonical_json(kind),
             b',"sha256":"',
             sha256_hex(body).encode(),
@@ -107,10 +133,10 @@ def decode_document(data: bytes, kind: str, cls: type[T], *, key: str) -> T:
     version = envelope.get("format_version")
     if not isinstance(version, int) or isinstance(version, bool):
         raise ManifestError(f"{kind} document {key!r} has no integer format_version; {_REMEDY}")
-    if version > FORMAT_VERSION:
+    if version > format_version(kind):
         raise UnsupportedFormatVersion(
             f"{kind} document {key!r} has format_version {version}, newer than this Epochal supports "
-            f"({FORMAT_VERSION}): upgrade Epochal to read it"
+            f"({format_version(kind)}): upgrade Epochal to read it"
         )
     if version < 1:
         raise ManifestError(f"{kind} document {key!r} has invalid format_version {version}; {_REMEDY}")
@@ -230,6 +256,9 @@ def _dataclass_decoder(tp: type) -> Callable[[Any], Any]:
         nonlocal plan
         if not isinstance(value, dict):
             raise TypeError(f"expected an object for {tp.__name__}, got {type(value).__name__}")
+        older = _OLDER_SPELLINGS.get(tp)
+        if older is not None:
+            value = older(value)
         if plan is None:
             plan = field_plan()  # rebinding is atomic: a racing thread builds an equal plan
         kwargs = {}

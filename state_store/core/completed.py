@@ -2,7 +2,9 @@
 
 A checkpoint *n* is complete iff ``chk-n/_metadata.json`` exists and **verifies**: the document
 passes its checksum and every state file it references exists with the recorded size (and, on a
-deep verification, the recorded SHA-256).
+deep verification, every byte matches the checksum its writer recorded: BLAKE3, or SHA-256 for files
+written before format 2; ``state_store.core.checksums``). Completion and recovery check presence and
+size (from folder listings); restores and the audit (``epochal validate --deep``) read every byte.
 
 Recovery rule (deterministic: the same storage always gives the same answer)
 ---------------------------------------------------------------------------
@@ -25,11 +27,10 @@ is missing, stale or corrupt, the rule above gives the answer.
 from __future__ import annotations
 
 import collections
-import hashlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from state_store.core import documents
+from state_store.core import checksums, documents
 from state_store.core.codec import ManifestError, sha256_hex
 from state_store.core.errors import EpochalError
 from state_store.core.layout import JobLayout
@@ -96,15 +97,24 @@ files); the handles it has not reached yet are HEADed one by one."""
 def verify_handles(
     store: ObjectStore, metadata: CompletedMetadata, *, deep: bool, concurrency: int = 1
 ) -> list[str]:
-    """Return one problem line per state file that is missing, has another size, or (``deep``)
-    another SHA-256 than the metadata records. Empty list: the checkpoint verifies.
+    """Return one problem line per state file that is missing, has another size, or (``deep``:
+    every file read back) other bytes than the checksum the metadata records -- BLAKE3, or SHA-256
+    for a file written before format 2. Empty list: the checkpoint verifies. Without ``deep`` no
+    state file is read: the sizes come from listings (or HEADs) and the checksums are the writers'.
 
     ``concurrency`` > 1 checks up to that many files at once (see ``state_store.core.parallel``)
     and, for a size-only check, lists folders that hold many of the files instead of one HEAD per
     file (``LIST_MIN_HANDLES``): a listing is as consistent as a HEAD, and a file absent from a
     complete listing of its folder is missing. The problems come back in handle order and a store
     error raises as it would sequentially."""
-    handles = list(metadata.handles)
+    return [p for p in check_handles(store, metadata.handles, deep=deep, concurrency=concurrency) if p]
+
+
+def check_handles(
+    store: ObjectStore, handles: Iterable[StateHandle], *, deep: bool, concurrency: int = 1
+) -> list[str | None]:
+    """:func:`verify_handles` for any handles: per handle, in order, its problem line or None."""
+    handles = list(handles)
     listed = {} if deep or concurrency <= 1 else _sizes_by_listing(store, handles)
 
     def check(handle: StateHandle) -> str | None:
@@ -115,9 +125,12 @@ def verify_handles(
                 return f"state file {handle.key} is missing"
             if len(data) != handle.size:
                 return f"state file {handle.key} has {len(data)} bytes, metadata says {handle.size}"
-            digest = hashlib.sha256(data).hexdigest()
-            if digest != handle.sha256:
-                return f"state file {handle.key} has sha256 {digest}, metadata says {handle.sha256}"
+            actual = checksums.mismatch(handle.checksum, data)
+            if actual is not None:
+                return (
+                    f"state file {handle.key} has checksum {actual}, metadata says {handle.checksum} "
+                    "(its bytes changed after they were written)"
+                )
             return None
         if handle.key in listed:
             size = listed[handle.key]
@@ -130,7 +143,7 @@ def verify_handles(
             return f"state file {handle.key} has {size} bytes, metadata says {handle.size}"
         return None
 
-    return [p for p in map_ordered(check, handles, concurrency) if p is not None]
+    return list(map_ordered(check, handles, concurrency))
 
 
 def _sizes_by_listing(store: ObjectStore, handles: Iterable[StateHandle]) -> dict[str, int | None]:

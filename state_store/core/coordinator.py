@@ -17,7 +17,9 @@ trigger(expected, positions)
 complete(n)
   1. if ``_decision.json`` exists, follow it (roll a COMPLETE forward, report an ABORT);
   2. read the acks of the current attempt; classify each (SUCCESS/DUPLICATE/UNKNOWN/DISCARDED);
-     a decline, the deadline, a size/SHA-256 mismatch or a failing gate decide ABORT;
+     a decline, the deadline, a missing state file or one of another size (no file is read:
+     the checksum is the writer's, from the ack; ``deep_verify`` reads every file back and
+     checks it too) or a failing gate decide ABORT;
   3. fully acknowledged: **the commit point** -- one fenced compare-and-swap of the job record
      that checks the caller's lease token, the generation (FENCED_BY_NEWER_GENERATION) and that
      the checkpoint's base is still the chain head (BASE_SUPERSEDED), and makes n the head;
@@ -542,9 +544,7 @@ class CheckpointCoordinator:
                 checkpoint_id, CheckpointStatus.IN_PROGRESS, acked, expected, ack_results=results
             )
         metadata = checkpoint.finalize(self.clock.now_ms())
-        problems = verify_handles(
-            self.store, metadata, deep=self.config.verify_sha256, concurrency=self._reads
-        )
+        problems = verify_handles(self.store, metadata, deep=self.config.deep_verify, concurrency=self._reads)
         if problems:
             return aborted(CheckpointFailureReason.CHECKSUM_MISMATCH, "; ".join(problems))
         if gate is not None:

@@ -25,7 +25,11 @@ class CheckpointFailureReason(enum.Enum):
     CHECKPOINT_DECLINED = ("a task declined the checkpoint", False)
     CHECKPOINT_SUBSUMED = ("a newer checkpoint completed first", False)
     TASK_CHECKPOINT_FAILURE = ("a task failed while taking its snapshot", False)
-    CHECKSUM_MISMATCH = ("a state file does not match the size or SHA-256 in its ack", False)
+    CHECKSUM_MISMATCH = (
+        "a state file named in an ack is missing or has another size (or, read back with deep_verify, "
+        "other bytes than its checksum)",
+        False,
+    )
     VALIDATION_FAILED = ("state validation (Great Expectations gate) failed", False)
     FENCED_BY_NEWER_GENERATION = ("the job was restored since this checkpoint was triggered", False)
     BASE_SUPERSEDED = (

@@ -11,7 +11,9 @@
 | DecisionRecord    | ``chk-n/_decision.json``           | complete     | create-only, once: COMPLETE/ABORT |
 | LatestPointer     | ``LATEST``                         | complete     | CAS, never backwards |
 
-Every referenced state file appears as a :class:`StateHandle` with its byte size and SHA-256.
+Every referenced data file appears as a :class:`StateHandle` with its byte size and checksum
+(``"<algorithm>:<hex>"``: BLAKE3 since format version 2 of ``ack`` and ``metadata``, SHA-256 in the
+``"sha256"`` field of version 1, still read; see ``state_store.core.checksums``).
 """
 
 from __future__ import annotations
@@ -20,7 +22,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any
 
-from state_store.core.codec import ManifestError
+from state_store.core import checksums
+from state_store.core.codec import ManifestError, from_jsonable, read_older_spelling
 from state_store.core.failures import CheckpointFailureReason
 from state_store.core.positions import BarrierPositions
 from state_store.core.properties import CheckpointProperties
@@ -40,11 +43,49 @@ class TaskId:
 
 @dataclass(frozen=True, slots=True)
 class StateHandle:
-    """A state file: its key (relative to the store root), byte size and SHA-256."""
+    """A data file (state, channel-state or staged sink file): its key (relative to the store
+    root), byte size and the checksum its writer computed, ``"<algorithm>:<hex>"``
+    (``state_store.core.checksums``: ``blake3:...`` for files written by this version,
+    ``sha256:...`` for older ones). A malformed checksum is refused (a ``ValueError`` naming the
+    file), so a decoded document never carries one."""
 
     key: str
     size: int
-    sha256: str
+    checksum: str
+
+    def __post_init__(self) -> None:
+        try:
+            checksums.parse(self.checksum)
+        except checksums.ChecksumError as exc:
+            raise checksums.ChecksumError(f"state file {self.key}: {exc}") from None
+
+    @property
+    def algorithm(self) -> str:
+        """``blake3`` or ``sha256``: what verifies the file."""
+        return self.checksum.partition(":")[0]
+
+    def to_json(self) -> dict[str, Any]:
+        """The handle as the ``snapshot`` parts of acks spell it (``from_json`` reads it back)."""
+        return {"key": self.key, "size": self.size, "checksum": self.checksum}
+
+    @classmethod
+    def from_json(cls, value: Any, *, what: str = "state file handle") -> StateHandle:
+        """A handle from its JSON object, either spelling (``checksum``, or a format-1 ``sha256``);
+        a ManifestError naming ``what`` if it is invalid."""
+        return from_jsonable(cls, value, what=what)
+
+
+def _handle_of_format_1(value: dict[str, Any]) -> dict[str, Any]:
+    """``{"key", "size", "sha256": "<hex>"}`` (format 1) -> ``{..., "checksum": "sha256:<hex>"}``."""
+    if "checksum" in value or "sha256" not in value:
+        return value
+    older = dict(value)
+    digest = older.pop("sha256")
+    older["checksum"] = f"{checksums.SHA256}:{digest}" if isinstance(digest, str) else digest
+    return older
+
+
+read_older_spelling(StateHandle, _handle_of_format_1)
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,13 @@ ObjectStore guarantees (every adapter must pass ``tests/unit/storage/contract.py
    in ascending key order.
 7. **Delete is idempotent**: deleting a missing key is not an error.
 
+Optional: verified uploads. A store may offer
+``put_verified(key, data, checksum, *, create_only) -> version``: a ``put`` (``create_only``: a
+``put_if_absent``, same rules) that makes ``data`` visible only if the bytes it is about to install
+have ``checksum`` (``"<algorithm>:<hex>"``, see ``state_store.core.checksums``), else raises
+:class:`ChecksumMismatchError` and changes nothing. Writers of data files call it through
+``checksums.put_checked`` (which falls back to a plain put on stores without it).
+
 Keys are relative, '/'-separated, without empty, '.' or '..' segments (see ``validate_key``).
 Transient failures (throttling, 5xx, timeouts, resets) that an adapter could not absorb with its own
 bounded retries surface as :class:`TransientStoreError`; the caller's step then fails and is retried
@@ -59,6 +66,12 @@ class VersionMismatch(StoreError):
 
 class TransientStoreError(StoreError):
     """A failure that may succeed on retry: throttling, 5xx, timeout, connection reset."""
+
+
+class ChecksumMismatchError(TransientStoreError):
+    """A verified upload whose bytes do not match the checksum its writer computed (changed in
+    memory, in transit or on the way to disk): refused, nothing was written. Retrying the step
+    writes the bytes again."""
 
 
 class StorageFullError(StoreError):

@@ -2,10 +2,14 @@
 
 Order inside a subtask at barrier n (kill points in brackets)::
 
-    upload_state(...) for every key-group range   -> StateHandle(key, size, sha256)
+    upload_state(...) for every key-group range   -> StateHandle(key, size, checksum)
     [after_state_upload]
     [before_ack]  acknowledge(AckRecord)           create-only acks/<uid>/<subtask>-g<gen>-a<attempt>.json
     [after_ack]
+
+Each file's checksum (BLAKE3, ``state_store.core.checksums``) is computed here, while writing, and
+the store verifies the bytes against it on upload where it can (``checksums.put_checked``); the
+coordinator takes it from the ack instead of reading the file back.
 
 An ack is written create-only, so a retried write of the same ack is harmless and a different ack
 for the same (task, attempt) is refused. A crash before the ack leaves only unreferenced files,
@@ -14,8 +18,7 @@ removed by retention after the orphan grace period.
 
 from __future__ import annotations
 
-from state_store.core import documents, killpoints
-from state_store.core.codec import sha256_hex
+from state_store.core import checksums, documents, killpoints
 from state_store.core.layout import JobLayout
 from state_store.core.manifests import AckBundleEntry, AckRecord, DeclineRecord, StateHandle
 from state_store.core.ports import NO_KILL, KillSwitch, ObjectAlreadyExists, ObjectStore
@@ -37,22 +40,26 @@ class TaskCheckpointResponder:
     ) -> StateHandle:
         """Write an exclusive state file of checkpoint n and return its handle."""
         key = self.layout.state_file(checkpoint_id, uid, first_kg, last_kg, fmt)
-        self.store.put(key, data)
-        return StateHandle(key, len(data), sha256_hex(data))
+        checksum = checksums.checksum_of(data)
+        checksums.put_checked(self.store, key, data, checksum)
+        return StateHandle(key, len(data), checksum)
 
     def upload_channel_state(self, checkpoint_id: int, uid: str, subtask: int, data: bytes) -> StateHandle:
         """Write the in-flight data of an unaligned checkpoint (replayed first on restore)."""
         key = self.layout.channel_file(checkpoint_id, uid, subtask, "arrow")
-        self.store.put(key, data)
-        return StateHandle(key, len(data), sha256_hex(data))
+        checksum = checksums.checksum_of(data)
+        checksums.put_checked(self.store, key, data, checksum)
+        return StateHandle(key, len(data), checksum)
 
     def upload_shared(self, uid: str, data: bytes, fmt: str = "arrow") -> StateHandle:
-        """Write (or reuse) a content-addressed file under ``shared/`` (incremental checkpoints)."""
-        digest = sha256_hex(data)
+        """Write (or reuse) a content-addressed file under ``shared/`` (incremental checkpoints),
+        named by its BLAKE3 digest."""
+        digest = checksums.hex_of(data)
+        checksum = f"{checksums.STATE_FILE_ALGORITHM}:{digest}"
         key = self.layout.shared_file(uid, digest, fmt)
         if self.store.head(key) is None:
-            self.store.put_if_absent(key, data)
-        return StateHandle(key, len(data), digest)
+            checksums.put_checked(self.store, key, data, checksum, create_only=True)
+        return StateHandle(key, len(data), checksum)
 
     def acknowledge(self, ack: AckRecord) -> None:
         """Write the ack create-only. A re-run of the same task attempt (Spark re-executes a task

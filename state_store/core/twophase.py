@@ -110,7 +110,7 @@ class TxnId:
 
 @dataclass(frozen=True, slots=True)
 class PreCommittedTxn:
-    """A pre-committed transaction: its staged files (key, size, SHA-256) and row count.
+    """A pre-committed transaction: its staged files (key, size, checksum) and row count.
 
     JSON-serializable (:meth:`to_json` / :meth:`from_json`); it is part of the checkpoint.
     """

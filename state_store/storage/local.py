@@ -13,6 +13,10 @@ How each guarantee of the port is met:
   version changes on every write.
 * disk full -- ENOSPC/EDQUOT removes the temp file and raises StorageFullError; the previous
   content is untouched.
+* verified uploads (``put_verified``, for data files: ``state_store.core.checksums.put_checked``) --
+  after the temp file is written and fsynced it is read back and checksummed with the algorithm of
+  the writer's checksum, *before* the create-only link (or rename) and the directory fsync; a
+  mismatch removes the temp file and raises ChecksumMismatchError: nothing becomes visible.
 
 Keys starting with ``.epochal-internal`` are reserved.
 """
@@ -29,7 +33,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from state_store.core import checksums
 from state_store.core.ports import (
+    ChecksumMismatchError,
     InvalidKeyError,
     ObjectAlreadyExists,
     ObjectData,
@@ -182,9 +188,7 @@ class LocalObjectStore:
         final = self._path(key)
         tmp = self._stage(key, data)
         try:
-            with self._key_lock(key):
-                self._install(tmp, final, create_only=False)
-                return _version(final.stat())
+            return self._replace(tmp, final, key)
         finally:
             tmp.unlink(missing_ok=True)
 
@@ -192,14 +196,55 @@ class LocalObjectStore:
         final = self._path(key)
         tmp = self._stage(key, data)
         try:
+            return self._create(tmp, final, key, data)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def put_verified(self, key: str, data: bytes, checksum: str, *, create_only: bool = False) -> str:
+        """``put`` (``create_only``: ``put_if_absent``) of a data file whose writer computed
+        ``checksum``: the staged file is read back and checksummed before it is installed (see the
+        module docstring); ChecksumMismatchError, nothing written, if it does not match."""
+        final = self._path(key)
+        checksums.parse(checksum)  # a malformed checksum is refused before anything is written
+        tmp = self._stage(key, data)
+        try:
+            actual = self._staged_checksum(tmp, checksum)
+            if actual != checksum:
+                raise ChecksumMismatchError(
+                    f"upload of {key!r} to {self.uri} refused: the staged file has checksum {actual}, "
+                    f"its writer computed {checksum}; nothing was written: retry (the bytes changed "
+                    "between the writer and the disk)"
+                )
+            return self._create(tmp, final, key, data) if create_only else self._replace(tmp, final, key)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    _READ_BACK_CHUNK = 8 << 20
+
+    def _staged_checksum(self, tmp: Path, checksum: str) -> str:
+        """The checksum (same algorithm as ``checksum``) of the staged file's bytes as read back."""
+        algorithm, _ = checksums.parse(checksum)
+        digest = checksums.new_hash(algorithm)
+        buffer = bytearray(self._READ_BACK_CHUNK)
+        view = memoryview(buffer)
+        with open(tmp, "rb", buffering=0) as fh:
+            while n := fh.readinto(buffer):
+                digest.update(view[:n])
+        return f"{algorithm}:{digest.hexdigest()}"
+
+    def _replace(self, tmp: Path, final: Path, key: str) -> str:
+        with self._key_lock(key):
+            self._install(tmp, final, create_only=False)
+            return _version(final.stat())
+
+    def _create(self, tmp: Path, final: Path, key: str, data: bytes) -> str:
+        try:
             self._install(tmp, final, create_only=True)
         except FileExistsError:
             current, st = self._read(final, key)
             if current == data:
                 return _version(st)
             raise ObjectAlreadyExists(f"object {key!r} already exists in {self.uri}") from None
-        finally:
-            tmp.unlink(missing_ok=True)
         return _version(final.stat())
 
     def put_if_match(self, key: str, data: bytes, expected_version: str) -> str:

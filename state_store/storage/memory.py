@@ -3,6 +3,8 @@
 Thread-safe; every operation is atomic under one lock. Versions are a per-store counter, so they
 change on every write (even of identical bytes), which is stricter than the port requires.
 Stores registered under a name (``memory://name``) are shared by every opener in the process.
+``put_verified`` checksums the bytes it is about to keep against the writer's checksum (so the
+fault kit's bit flips on the way in are refused, as the local and S3 stores refuse them).
 """
 
 from __future__ import annotations
@@ -10,7 +12,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterator
 
+from state_store.core import checksums
 from state_store.core.ports import (
+    ChecksumMismatchError,
     ObjectAlreadyExists,
     ObjectData,
     ObjectInfo,
@@ -99,6 +103,18 @@ class MemoryObjectStore:
                     return current[1]
                 raise ObjectAlreadyExists(f"object {key!r} already exists in {self.uri}")
             return self._write(key, data)
+
+    def put_verified(self, key: str, data: bytes, checksum: str, *, create_only: bool = False) -> str:
+        """``put`` (``create_only``: ``put_if_absent``) of bytes that must have ``checksum``;
+        ChecksumMismatchError, nothing written, if they do not."""
+        validate_key(key)
+        actual = checksums.mismatch(checksum, data)
+        if actual is not None:
+            raise ChecksumMismatchError(
+                f"upload of {key!r} to {self.uri} refused: its bytes have checksum {actual}, its writer "
+                f"computed {checksum}; nothing was written: retry"
+            )
+        return self.put_if_absent(key, data) if create_only else self.put(key, data)
 
     def put_if_match(self, key: str, data: bytes, expected_version: str) -> str:
         validate_key(key)

@@ -15,6 +15,14 @@ How each guarantee of the port is met:
   reads the key: if it holds exactly our bytes the call succeeds with that version. Consequence:
   two writers of *identical* bytes may both "win"; give every writer distinct content (for example
   its attempt id) wherever mutual exclusion matters.
+* verified uploads (``put_verified``, for data files: ``state_store.core.checksums.put_checked``) --
+  the bytes are first checked against the writer's checksum (BLAKE3; a mismatch is refused before
+  anything is sent), then sent with an S3 additional checksum, ``ChecksumAlgorithm="CRC32"``:
+  botocore computes the CRC32 of the body it sends and the server recomputes it and refuses the
+  upload (``BadDigest``, nothing stored) if the bytes changed in transit -> ChecksumMismatchError.
+  S3 cannot check BLAKE3 itself, so the two checks together cover writer -> server. SeaweedFS 4.48
+  (the test server) verifies CRC32, CRC32C and SHA256 additional checksums and Content-MD5 (tested);
+  CRC32 is the one botocore computes without the optional ``awscrt`` package (CRC32C needs it).
 * versions are the ETag without its quotes; put_if_match puts the quotes back, so a version read
   from get/head/list/put is accepted as is. On SeaweedFS (and plain AWS uploads) the ETag is the
   MD5 of the content: writing identical bytes again gives the same version.
@@ -68,7 +76,9 @@ from botocore.exceptions import (
 )
 from botocore.utils import parse_timestamp
 
+from state_store.core import checksums
 from state_store.core.ports import (
+    ChecksumMismatchError,
     ObjectAlreadyExists,
     ObjectData,
     ObjectInfo,
@@ -109,6 +119,17 @@ _AUTH_CODES = frozenset(
     {"AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken"}
 )
 _TRANSIENT_BOTO = (ConnectionError, HTTPClientError, IncompleteReadError)
+_DIGEST_CODES = frozenset(
+    {"BadDigest", "InvalidDigest", "XAmzContentChecksumMismatch", "XAmzContentSHA256Mismatch"}
+)
+SENT_CHECKSUM = "CRC32"
+"""The S3 additional checksum of verified uploads (module docstring)."""
+
+
+def _sent_checksum(verified: bool) -> dict[str, Any]:
+    return {"ChecksumAlgorithm": SENT_CHECKSUM} if verified else {}
+
+
 _BUCKET = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
 
 
@@ -285,15 +306,36 @@ class S3ObjectStore:
         return ObjectInfo(key, resp["ContentLength"], _version(resp["ETag"]), _ms(resp["LastModified"]))
 
     def put(self, key: str, data: bytes) -> str:
+        return self._put(key, data, verified=False)
+
+    def _put(self, key: str, data: bytes, *, verified: bool) -> str:
         full = self._full(key)
         try:
-            resp = self._client.put_object(Bucket=self._bucket, Key=full, Body=data)
+            resp = self._client.put_object(
+                Bucket=self._bucket, Key=full, Body=data, **_sent_checksum(verified)
+            )
         except (ClientError, BotoCoreError) as exc:
             raise self._fail(exc, "put", key) from exc
         return _version(resp["ETag"])
 
+    def put_verified(self, key: str, data: bytes, checksum: str, *, create_only: bool = False) -> str:
+        """``put`` (``create_only``: ``put_if_absent``) of a data file whose writer computed
+        ``checksum``, verified on the way (module docstring); ChecksumMismatchError, nothing
+        stored, on a mismatch."""
+        self._full(key)  # an invalid key is refused before anything is hashed or sent
+        actual = checksums.mismatch(checksum, data)
+        if actual is not None:
+            raise ChecksumMismatchError(
+                f"upload of {key!r} to {self.uri} refused: its bytes have checksum {actual}, its writer "
+                f"computed {checksum}; nothing was sent: retry"
+            )
+        return self._create(key, data, verified=True) if create_only else self._put(key, data, verified=True)
+
     def put_if_absent(self, key: str, data: bytes) -> str:
-        version = self._conditional_put("put_if_absent", key, data, if_match=None)
+        return self._create(key, data, verified=False)
+
+    def _create(self, key: str, data: bytes, *, verified: bool) -> str:
+        version = self._conditional_put("put_if_absent", key, data, if_match=None, verified=verified)
         if version is not None:
             return version
         version = self._version_if_holds(key, data)
@@ -338,14 +380,18 @@ class S3ObjectStore:
     def _full(self, key: str) -> str:
         return self._base + validate_key(key)
 
-    def _conditional_put(self, op: str, key: str, data: bytes, *, if_match: str | None) -> str | None:
+    def _conditional_put(
+        self, op: str, key: str, data: bytes, *, if_match: str | None, verified: bool = False
+    ) -> str | None:
         """Put with If-None-Match (``if_match`` None) or If-Match; return the new version, or None
         when the precondition failed (412, a missing key, or 409 conflicts beyond the retries)."""
         full = self._full(key)
         for attempt in range(_CONFLICT_RETRIES + 1):
             try:
                 if if_match is None:
-                    resp = self._client.put_object(Bucket=self._bucket, Key=full, Body=data, IfNoneMatch="*")
+                    resp = self._client.put_object(
+                        Bucket=self._bucket, Key=full, Body=data, IfNoneMatch="*", **_sent_checksum(verified)
+                    )
                 else:
                     resp = self._client.put_object(
                         Bucket=self._bucket, Key=full, Body=data, IfMatch=f'"{_version(if_match)}"'
@@ -358,7 +404,7 @@ class S3ObjectStore:
                         time.sleep(random.uniform(0, 0.05 * 2**attempt))
                         continue
                     return None
-                if code == "NoSuchBucket":
+                if code == "NoSuchBucket" or code in _DIGEST_CODES:
                     raise self._fail(exc, op, key) from exc
                 if code in ("PreconditionFailed", "NoSuchKey") or _status(exc) in (404, 412):
                     return None
@@ -413,6 +459,11 @@ class S3ObjectStore:
             if code == "NoSuchBucket":
                 error = StoreError(
                     f"bucket {self._bucket} does not exist: create it or fix the URI {self.uri}"
+                )
+            elif code in _DIGEST_CODES:
+                error = ChecksumMismatchError(
+                    f"{what} was refused by the server ({code}: the bytes it received do not match "
+                    f"their checksum, so they changed in transit); nothing was stored: retry"
                 )
             elif code in _TRANSIENT_CODES or status == 429 or status >= 500:
                 error = TransientStoreError(

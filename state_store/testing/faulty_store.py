@@ -13,6 +13,12 @@ Fault kinds (each a :class:`Fault` rule, matched by operation and key glob, seed
   a store that broke atomic visibility.
 * ``bitflip`` -- writes the bytes with one bit flipped and reports success: silent corruption.
 * ``disk_full`` -- StorageFullError before the operation; nothing is written.
+
+Verified uploads (``put_verified``, the optional port method data-file writers use) meet the faults
+of ``put`` (``create_only``: ``put_if_absent``) and pass on to the inner store's own verification
+(``state_store.core.checksums.put_checked``): a ``bitflip`` is then refused by an inner store that
+verifies uploads (memory, local, S3: ChecksumMismatchError, nothing written), as a real store refuses
+bytes changed on the way; on an inner store without verification it stays silent.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from state_store.core.checksums import put_checked
 from state_store.core.ports import (
     ObjectData,
     ObjectInfo,
@@ -148,6 +155,12 @@ class FaultyObjectStore:
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         return self._write("put_if_absent", key, data, lambda d: self.inner.put_if_absent(key, d))
+
+    def put_verified(self, key: str, data: bytes, checksum: str, *, create_only: bool = False) -> str:
+        op = "put_if_absent" if create_only else "put"
+        return self._write(
+            op, key, data, lambda d: put_checked(self.inner, key, d, checksum, create_only=create_only)
+        )
 
     def put_if_match(self, key: str, data: bytes, expected_version: str) -> str:
         return self._write(

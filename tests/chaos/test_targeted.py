@@ -23,6 +23,7 @@ from spark_jobs.runtime import cycle
 from spark_jobs.sinks.commit_log import CommitLog
 from state_store.clocks import ManualClock
 from state_store.core import killpoints
+from state_store.core.checksums import put_checked
 from state_store.core.ports import ObjectStore, StorageFullError
 from state_store.storage import open_store
 from state_store.storage.local import LocalObjectStore
@@ -104,6 +105,12 @@ class StopsServerOnce:
 
     def put_if_absent(self, key: str, data: bytes) -> str:
         return self._maybe_stop(key, lambda: self.inner.put_if_absent(key, data))
+
+    def put_verified(self, key: str, data: bytes, checksum: str, *, create_only: bool = False) -> str:
+        """(State files are written through the store's verified upload, ``checksums.put_checked``.)"""
+        return self._maybe_stop(
+            key, lambda: put_checked(self.inner, key, data, checksum, create_only=create_only)
+        )
 
 
 @pytest.mark.timeout(300)

@@ -69,7 +69,7 @@ def test_a_checkpoint_whose_state_file_was_altered_is_refused(saved: dict[str, A
         data[-1] ^= 0x01
         path.write_bytes(bytes(data))
     job = CONFIG.job()
-    with pytest.raises(Exception, match="has sha256") as info:
+    with pytest.raises(Exception, match="has checksum blake3:") as info:
         restore(job, store_dir.as_uri(), ManualClock(CONFIG.start_ms), RestoreRequest(source="2"))
     message = str(info.value)
     assert "failed verification" in message and "metadata says" in message and "\n" not in message

@@ -289,8 +289,9 @@ class NotifyCheckpointCompleteOperator(EpochalOperator):
 
 
 class ValidateCheckpointOperator(EpochalOperator):
-    """Audit the completed checkpoint n: every file's size and SHA-256, then the Great Expectations
-    snapshot suite; a failing checkpoint is quarantined (never chosen by an automatic restore)."""
+    """Audit the completed checkpoint n: every file read back (size and checksum), then the Great
+    Expectations snapshot suite; a failing checkpoint is quarantined (never chosen by an automatic
+    restore)."""
 
     releases_lease = False
 

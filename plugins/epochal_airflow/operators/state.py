@@ -1,4 +1,5 @@
-"""Operators of the manual DAGs: savepoint, restore (with a dry run), backfill, maintenance.
+"""Operators of the manual DAGs: savepoint, restore (with a dry run), backfill, maintenance (the
+checkpoint audit, :class:`AuditCheckpointsOperator`).
 
 Their arguments are templated, so a DAG passes ``{{ params.x }}``; each returns a small JSON-able
 dict (the restore plan as JSON) and logs one summary line.
@@ -159,3 +160,39 @@ class BackfillOperator(EpochalOperator):
                 method_name="execute",
             )
         return self.summary("backfill", **report)
+
+
+class AuditCheckpointsOperator(EpochalOperator):
+    """The audit of the job's stored checkpoints (``epochal validate``; ``state_store.core.audit``):
+    every completed checkpoint's metadata and files, with ``deep`` every byte read back and checked
+    against its writer's checksum -- the read-back that completion no longer does. It only reads, so
+    it holds no lease (epochs go on meanwhile). A damaged file fails the task, each finding (the
+    file, the checkpoints referencing it, the remedy) in the log and the error."""
+
+    template_fields: Sequence[str] = ("job_ref", "store_uri", "conn_id", "deep")
+
+    def __init__(self, *, deep: Any = True, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.deep = deep
+
+    def execute(self, context: Context, event: Any = None) -> dict[str, Any]:
+        from state_store.core.audit import audit_checkpoints
+        from state_store.core.parallel import read_concurrency
+
+        rt = self.runtime(context)
+        deep = str(self.deep).lower() == "true"
+        report = audit_checkpoints(
+            rt.store, rt.job.job_id, deep=deep, concurrency=read_concurrency(rt.store, 16)
+        )
+        for finding in report.findings:
+            self.log.error("epochal audit: DAMAGED %s", finding.line())
+        self.log.info("epochal audit: %s", report.summary_line())
+        if not report.ok:
+            raise AirflowException(report.summary_line())
+        return self.summary(
+            "validate_checkpoints",
+            deep=deep,
+            checkpoints=list(report.checkpoints),
+            files=report.files,
+            bytes_checked=report.bytes_checked,
+        )

@@ -68,7 +68,8 @@ class JobDirectory:
                         "mode": job.mode,
                         "parallelism": job.parallelism,
                         "max_parallelism": job.max_parallelism,
-                        **asdict(job.checkpoint_config()),
+                        # (None: a deprecated alias absorbed by its new name, e.g. verify_sha256)
+                        **{k: v for k, v in asdict(job.checkpoint_config()).items() if v is not None},
                     }
                 for job_id in self.extra_ids:
                     self._loaded.setdefault(job_id, {})

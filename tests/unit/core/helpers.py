@@ -79,9 +79,9 @@ class Job:
 
 def handle_of(job: Job, key: str) -> StateHandle:
     data = job.store.get(key).data
-    from state_store.core.codec import sha256_hex
+    from state_store.core.checksums import checksum_of
 
-    return StateHandle(key, len(data), sha256_hex(data))
+    return StateHandle(key, len(data), checksum_of(data))
 
 
 def make_job(

@@ -12,10 +12,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from state_store.core.codec import (
-    FORMAT_VERSION,
     canonical_json,
     decode_document,
     encode_document,
+    format_version,
     sha256_hex,
     to_jsonable,
 )
@@ -34,11 +34,13 @@ JSON = st.recursive(
     snapshot=st.dictionaries(st.text(max_size=6), JSON, max_size=4),
 )
 def test_bytes_are_the_compact_sorted_envelope_and_decode_back(metrics: dict, snapshot: dict) -> None:  # type: ignore[type-arg]
-    record = AckRecord(3, TaskId("op", 1), 2, 1, (StateHandle("k", 5, "ab"),), metrics, snapshot)
+    record = AckRecord(
+        3, TaskId("op", 1), 2, 1, (StateHandle("k", 5, "blake3:" + "ab" * 32),), metrics, snapshot
+    )
     data = encode_document("ack", record)
     parsed = json.loads(data)
     envelope = {
-        "format_version": FORMAT_VERSION,
+        "format_version": format_version("ack"),
         "kind": "ack",
         "body": parsed["body"],
         "sha256": sha256_hex(canonical_json(parsed["body"])),

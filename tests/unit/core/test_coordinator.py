@@ -223,8 +223,10 @@ def test_missing_acks_past_the_deadline_abort_as_expired() -> None:
     assert "sink/0" in result.message
 
 
-def test_state_file_with_wrong_checksum_aborts_the_checkpoint() -> None:
-    job = make_job()
+def test_state_file_with_wrong_checksum_aborts_the_checkpoint_with_deep_verify() -> None:
+    """The opt-in read-back (``deep_verify``) at completion; by default completion reads no state
+    file, and the restore or ``epochal validate --deep`` finds such a file (tests/unit/checksums)."""
+    job = make_job(CheckpointConfig(timeout_ms=60_000, deep_verify=True))
     n = job.coordinator.trigger(list(TASKS)).checkpoint_id
     job.coordinator.start_attempt(n)
     acks = [job.ack(n, t) for t in TASKS]
@@ -232,7 +234,7 @@ def test_state_file_with_wrong_checksum_aborts_the_checkpoint() -> None:
     job.store.put(key, b"X" * acks[0].handles[0].size)  # same size, other bytes
     result = job.coordinator.complete(n)
     assert result.reason is CheckpointFailureReason.CHECKSUM_MISMATCH
-    assert key in result.message and "sha256" in result.message
+    assert key in result.message and "checksum blake3:" in result.message
 
 
 def test_failing_validation_gate_aborts_and_leaves_latest_unchanged() -> None:

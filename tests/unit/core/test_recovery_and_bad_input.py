@@ -18,7 +18,7 @@ from state_store.core import (
     documents,
     load_completed,
 )
-from state_store.core.codec import FORMAT_VERSION
+from state_store.core.codec import format_version
 from state_store.core.manifests import QuarantineRecord
 from state_store.storage import InvalidStoreURI, open_store
 from tests.unit.core.helpers import TASKS, make_job
@@ -93,7 +93,7 @@ def test_deep_verification_catches_a_bit_flip_in_a_state_file() -> None:
     job.store.put(handle.key, bytes(data))
     load_completed(job.store, layout, n)  # size-only verification cannot see it
     with pytest.raises(
-        CheckpointVerificationError, match=rf"{handle.key} has sha256 .* restore from checkpoint"
+        CheckpointVerificationError, match=rf"{handle.key} has checksum blake3:.* restore from checkpoint"
     ):
         load_completed(job.store, layout, n, deep=True)
 
@@ -165,9 +165,9 @@ def test_unknown_future_format_version_is_refused_with_upgrade_hint() -> None:
     n = job.cycle()
     key = job.coordinator.layout.metadata(n)
     doc = json.loads(job.store.get(key).data)
-    doc["format_version"] = FORMAT_VERSION + 1
+    doc["format_version"] = format_version("metadata") + 1
     job.store.put(key, json.dumps(doc).encode())
-    with pytest.raises(UnsupportedFormatVersion, match=r"format_version 2, newer .* upgrade Epochal"):
+    with pytest.raises(UnsupportedFormatVersion, match=r"format_version 3, newer .*\(2\): upgrade Epochal"):
         load_completed(job.store, job.coordinator.layout, n)
 
 

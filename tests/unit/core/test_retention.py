@@ -8,6 +8,7 @@ from state_store.core import (
     CheckpointFailureReason,
     CheckpointProperties,
     TaskId,
+    checksums,
     load_completed,
 )
 from state_store.core.cleaner import apply_retention
@@ -53,9 +54,7 @@ def test_keeps_the_newest_n_and_deletes_older_checkpoint_folders() -> None:
 
 def test_shared_file_survives_while_a_retained_checkpoint_references_it() -> None:
     job = make_job(CONFIG)
-    shared_key = job.coordinator.layout.shared_file(
-        "sink", __import__("hashlib").sha256(b"S1").hexdigest(), "bin"
-    )
+    shared_key = job.coordinator.layout.shared_file("sink", checksums.hex_of(b"S1"), "bin")
     for _ in range(3):
         incremental_cycle(job, b"S1")  # unchanged key group: same shared file every time
     job.clock.advance(60_000)

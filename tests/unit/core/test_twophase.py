@@ -53,7 +53,7 @@ class ListSink(TransactionalSink[list[int]]):
         key = f"{t.sink_uid}/txn-{t.checkpoint_id}/{t.subtask}-g{t.generation}-a{t.attempt}"
         txn.staged.append(key)
         self.staged[key] = [x for b in txn.batches for x in b]
-        handle = StateHandle(key, len(self.staged[key]), "0" * 64)
+        handle = StateHandle(key, len(self.staged[key]), "blake3:" + "0" * 64)
         return PreCommittedTxn(
             t.sink_uid, t.checkpoint_id, t.subtask, t.attempt, t.generation, (handle,), handle.size
         )
@@ -269,7 +269,7 @@ def test_no_kill_when_only_one_checkpoint_is_committed() -> None:
 # -- records are data: they travel in acks and metadata ------------------------------------------
 def test_record_round_trips_through_json_and_an_ack_document() -> None:
     record = PreCommittedTxn(
-        "out", 4, 2, 3, 1, (StateHandle("job/sinks/out/txn-0000000004/x", 10, "ab" * 32),), 5
+        "out", 4, 2, 3, 1, (StateHandle("job/sinks/out/txn-0000000004/x", 10, "blake3:" + "ab" * 32),), 5
     )
     assert PreCommittedTxn.from_json(record.to_json()) == record
     ack = AckRecord(4, TaskId("out", 2), 1, 3, record.files, snapshot=sink_snapshot([record]))

@@ -103,7 +103,7 @@ def test_the_first_bad_file_in_fetch_order_is_reported(
     first, later = order[2], order[5]
     getattr(store, first_fault).add(first)
     (store.missing if first_fault == "corrupt" else store.corrupt).add(later)
-    expected = "has .* bytes and sha256" if first_fault == "corrupt" else "cannot be read"
+    expected = "has .* bytes and checksum blake3:" if first_fault == "corrupt" else "cannot be read"
     with pytest.raises(state_io.StateRestoreError, match=f"state file {first} of checkpoint .*{expected}"):
         _restore(store, meta, threads, monkeypatch)
 

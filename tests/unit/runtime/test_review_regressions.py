@@ -59,9 +59,9 @@ def test_a_forced_trigger_never_overlaps_an_undecided_checkpoint(tmp_path: Path)
 def test_a_re_run_of_the_same_task_attempt_may_write_its_ack_again(tmp_path: Path) -> None:
     store = LocalObjectStore(tmp_path)
     responder = TaskCheckpointResponder(store, "job")
-    handle = StateHandle("job/shared/op/aa" + "0" * 62 + ".arrow", 3, "0" * 64)
+    handle = StateHandle("job/shared/op/aa" + "0" * 62 + ".arrow", 3, "blake3:" + "0" * 64)
     responder.acknowledge(AckRecord(1, TaskId("op", 0), 1, 1, (handle,), metrics={"bytes_written": 3}))
     responder.acknowledge(AckRecord(1, TaskId("op", 0), 1, 1, (handle,), metrics={"bytes_written": 0}))
-    other = StateHandle("job/shared/op/bb" + "0" * 62 + ".arrow", 3, "0" * 64)
+    other = StateHandle("job/shared/op/bb" + "0" * 62 + ".arrow", 3, "blake3:" + "0" * 64)
     with pytest.raises(ObjectAlreadyExists):
         responder.acknowledge(AckRecord(1, TaskId("op", 0), 1, 1, (other,)))

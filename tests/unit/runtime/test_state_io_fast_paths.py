@@ -61,14 +61,14 @@ def test_groups_of_list_state_collect_every_element() -> None:
 
 
 def test_restore_without_deltas_hands_over_the_decoded_file() -> None:
+    """(The handles here are spelled as format 1 wrote them: ``sha256``, still read and verified.)"""
     store = MemoryObjectStore()
     rows = tuple(StateRow(k, 0, [k, 2 * k], None) for k in (3, 11, 19))
     data = keyed.encode_key_groups(_part({"acc": rows}))
-    handle = StateHandle(
-        JobLayout("j").shared_file("w", sha256_hex(data), "arrow"), len(data), sha256_hex(data)
-    )
+    digest = sha256_hex(data)
+    handle = StateHandle(JobLayout("j").shared_file("w", digest, "arrow"), len(data), f"sha256:{digest}")
     store.put(handle.key, data)
-    snapshot = {"state_files": {"3": {"key": handle.key, "size": handle.size, "sha256": handle.sha256}}}
+    snapshot = {"state_files": {"3": {"key": handle.key, "size": handle.size, "sha256": digest}}}
     task = TaskSnapshot(TaskId("w", 0), 1, (handle,), {}, snapshot)
     metadata = CompletedMetadata(1, "j", 1, CheckpointProperties(), 0, 0, (task,))
     restore, base = read_operator_restore(store, metadata, "w", KeyGroupRange(0, 7))
@@ -90,7 +90,9 @@ class _Tracking:
         self.lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
-        if name == "max_concurrent_writes":  # only what this wrapper declares itself
+        # only what this wrapper declares itself; and no ``put_verified`` of the inner store, which
+        # would write around the tracked ``put_if_absent``
+        if name in ("max_concurrent_writes", "put_verified"):
             raise AttributeError(name)
         return getattr(self.inner, name)
 

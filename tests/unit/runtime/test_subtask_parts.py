@@ -30,6 +30,7 @@ from spark_jobs.runtime.state_io import WrittenSnapshot
 from spark_jobs.runtime.subtask_sinks import SubtaskSinks
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import documents
+from state_store.core.checksums import checksum_of
 from state_store.core.codec import sha256_hex
 from state_store.core.keygroups import key_group_range_for_subtask
 from state_store.core.manifests import AckRecord, DeclineRecord, StateHandle, TaskId
@@ -39,8 +40,10 @@ from state_store.storage import open_store
 from state_store.testing import ManualClock
 
 SITE = AckSite(checkpoint_id=7, subtask=1, generation=3, attempt=2)
-FILE = StateHandle("job/shared/op/abc.arrow", 120, "a" * 64)
-CHANNEL = ChannelStateRef(StateHandle("job/checkpoints/chk-7/channel/op/1.arrow", 50, "c" * 64), 4)
+FILE = StateHandle("job/shared/op/abc.arrow", 120, "blake3:" + "a" * 64)
+CHANNEL = ChannelStateRef(
+    StateHandle("job/checkpoints/chk-7/channel/op/1.arrow", 50, "blake3:" + "c" * 64), 4
+)
 
 
 def written() -> WrittenSnapshot:
@@ -70,7 +73,12 @@ def test_a_state_ack_is_the_document_of_the_hand_built_ack() -> None:
         },
         snapshot={
             **written().snapshot,
-            "channel_state": {"key": CHANNEL.handle.key, "size": 50, "sha256": "c" * 64, "rows": 4},
+            "channel_state": {
+                "key": CHANNEL.handle.key,
+                "size": 50,
+                "checksum": "blake3:" + "c" * 64,
+                "rows": 4,
+            },
         },
     )
     assert documents.encode(ack.record(SITE)) == documents.encode(expected)
@@ -125,10 +133,14 @@ def test_channel_state_records_only_rows_and_round_trips_verified(tmp_path: Path
     assert encoded.rows == 3
     store = open_store(tmp_path.as_uri())
     store.put("chan.arrow", encoded.data)
-    entry = {"key": "chan.arrow", "sha256": sha256_hex(encoded.data)}
+    entry = {"key": "chan.arrow", "size": len(encoded.data), "checksum": checksum_of(encoded.data)}
     assert read_channel_state(store, entry).column("user_id").to_pylist() == ["a", "b", "c"]
-    with pytest.raises(RuntimeError, match="fails its SHA-256 check; restore from an earlier checkpoint"):
-        read_channel_state(store, {**entry, "sha256": "0" * 64})
+    with pytest.raises(RuntimeError, match=r"chan\.arrow has .* checksum blake3:.* restore from an earlier"):
+        read_channel_state(store, {**entry, "checksum": "blake3:" + "0" * 64})
+    older = {"key": "chan.arrow", "sha256": sha256_hex(encoded.data)}  # an entry of format 1
+    assert read_channel_state(store, older).num_rows == 3
+    with pytest.raises(RuntimeError, match=r"chan\.arrow has .* checksum sha256:.* restore from an earlier"):
+        read_channel_state(store, {**older, "sha256": "0" * 64})
 
 
 def test_channel_state_rows_are_replayed_by_exactly_the_owners_of_their_key_groups() -> None:

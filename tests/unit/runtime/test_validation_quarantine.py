@@ -13,7 +13,7 @@ from spark_jobs.lifecycle.checks import validate_checkpoint
 from spark_jobs.runtime.cycle import coordinator_for
 from spark_jobs.runtime.state_io import STATE_FILES
 from state_store.core import JobLayout, documents, load_completed
-from state_store.core.codec import sha256_hex
+from state_store.core.checksums import checksum_of, hex_of
 from state_store.core.keygroups import KeyGroupRange, key_group_of
 from state_store.core.manifests import CompletedMetadata, StateHandle, TaskSnapshot
 from state_store.core.state.snapshot import KeyedStateSnapshot
@@ -46,13 +46,13 @@ def move_one_key_to_another_key_group(store, job_id: str, n: int, uid: str) -> N
         {kg: {**part.key_groups[kg], name: forged_rows}},
     )
     data = encode_key_groups(moved, "arrow")
-    key = layout.shared_file(uid, sha256_hex(data), "arrow")
+    key = layout.shared_file(uid, hex_of(data), "arrow")
     store.put(key, data)
-    new_handle = {"key": key, "size": len(data), "sha256": sha256_hex(data)}
+    new_handle = {"key": key, "size": len(data), "checksum": checksum_of(data)}
     files = dict(task.snapshot[STATE_FILES])
     files[kg_text] = new_handle
     kept = tuple(h for h in task.handles if h.key != handle["key"])
-    handles = (*kept, StateHandle(key, len(data), new_handle["sha256"]))
+    handles = (*kept, StateHandle(key, len(data), new_handle["checksum"]))
     tasks[index] = TaskSnapshot(
         task.task, task.attempt, handles, task.metrics, {**task.snapshot, STATE_FILES: files}
     )

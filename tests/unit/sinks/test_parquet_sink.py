@@ -19,8 +19,9 @@ from spark_jobs.sinks import (
     read_committed_pandas,
 )
 from state_store.core import killpoints
-from state_store.core.codec import ManifestError, sha256_hex
-from state_store.core.ports import ObjectStore, StorageFullError, TransientStoreError
+from state_store.core.checksums import checksum_of
+from state_store.core.codec import ManifestError
+from state_store.core.ports import ChecksumMismatchError, ObjectStore, StorageFullError, TransientStoreError
 from state_store.core.twophase import (
     FencedTransactionError,
     IllegalTransactionState,
@@ -69,13 +70,14 @@ def state(txn: Transaction[Any]) -> TransactionState:
 
 
 # -- pre-commit ----------------------------------------------------------------------------------
-def test_pre_commit_stages_parquet_files_with_size_and_sha256(store: ObjectStore) -> None:
+def test_pre_commit_stages_parquet_files_with_size_and_checksum(store: ObjectStore) -> None:
     sink = ParquetTransactionalSink(store, JOB, UID)
     record = pre_commit(sink, 7, subtask=3, attempt=2, gen=4)
     (handle,) = record.files
     assert handle.key == "job/sinks/orders/txn-0000000007/00003-g4-a2-0.parquet"
     data = store.get(handle.key).data
-    assert (handle.size, handle.sha256) == (len(data), sha256_hex(data))
+    assert (handle.size, handle.checksum) == (len(data), checksum_of(data))
+    assert handle.checksum.startswith("blake3:")
     assert (record.sink_uid, record.checkpoint_id, record.subtask, record.attempt, record.generation) == (
         UID,
         7,
@@ -270,7 +272,9 @@ def test_corrupted_committed_file_is_reported_naming_the_file(store: ObjectStore
     data = bytearray(store.get(key).data)
     data[len(data) // 2] ^= 0xFF
     store.put(key, bytes(data))
-    with pytest.raises(CorruptSinkFileError, match=rf"{key} \(checkpoint 1\) has sha256 [0-9a-f]{{64}}"):
+    with pytest.raises(
+        CorruptSinkFileError, match=rf"{key} \(checkpoint 1\) has checksum blake3:[0-9a-f]{{64}}"
+    ):
         read_committed(store, JOB, UID)
     store.put(key, bytes(data[:-1]))
     with pytest.raises(CorruptSinkFileError, match=f"{key}.*bytes, the commit log says {len(data)}"):
@@ -280,13 +284,21 @@ def test_corrupted_committed_file_is_reported_naming_the_file(store: ObjectStore
         read_committed(store, JOB, UID)
 
 
-def test_silent_corruption_at_upload_is_caught_by_the_reader(store: ObjectStore) -> None:
+def test_corruption_on_the_way_to_the_store_is_refused_at_upload(store: ObjectStore) -> None:
+    """The store verifies the staged file against the writer's checksum (issue 20): a bit flipped
+    on the way in is refused and nothing is written; the pre-commit fails and is retried. (Bytes
+    that change later, at rest, are caught by the reader: the test above.)"""
     faulty = FaultyObjectStore(store, [Fault("bitflip", frozenset({"put_if_absent"}), "*.parquet")], seed=3)
     sink = ParquetTransactionalSink(faulty, JOB, UID)
-    record = pre_commit(sink, 1)
-    sink.commit([record])
-    with pytest.raises(CorruptSinkFileError, match=record.files[0].key):
-        read_committed(store, JOB, UID)
+    with pytest.raises(
+        ChecksumMismatchError, match=r"txn-0000000001/.*\.parquet.* refused.*nothing was written"
+    ):
+        pre_commit(sink, 1)
+    assert staged_keys(store) == []
+    retry = ParquetTransactionalSink(faulty, JOB, UID)  # the retried task: a new attempt
+    record = pre_commit(retry, 1, attempt=2)  # the fault fired once: written whole
+    retry.commit([record])
+    assert ids(store) == expected((1, 0))
 
 
 def test_corrupted_commit_entry_is_a_manifest_error(store: ObjectStore) -> None:
