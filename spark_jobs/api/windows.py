@@ -154,7 +154,7 @@ class Avg(Aggregate):
         return [Sum(self.column, name=f"{self.name}.sum"), CountOf(self.column, name=f"{self.name}.count")]
 
     def output(self, slots: list[pa.Array]) -> pa.Array:
-        total, count = (pc.cast(s, pa.float64()) for s in slots)
+        total, count = (pc.cast(s, pa.float64(), safe=False) for s in slots)  # sums past 2**53 round
         return pc.if_else(pc.equal(count, 0.0), pa.scalar(None, pa.float64()), pc.divide(total, count))
 
 

@@ -9,8 +9,9 @@ one table, with the state of their keys.
 
 Invariants: the state of a key is a list of the schema's values in field order (``batch_state``);
 within one call, updates apply in row order (a key's last row wins), then clears; a timer fires
-once; rows without ``_ts`` carry the chunk's largest event time (``process``) or the largest
-timestamp of the timers fired together (``on_timers``).
+once, in the watermark advance that reaches it (also one that ``on_timers`` sets at or below it);
+rows without ``_ts`` carry the chunk's largest event time (``process``) or the largest timestamp
+of the timers fired together (``on_timers``).
 """
 
 from __future__ import annotations
@@ -56,16 +57,31 @@ class _BatchContext:
                 f"update_state of batch process function {self.op.uid!r} lacks columns {missing}: pass "
                 f"{KEY!r} and every field of state_schema ({self.op.schema.names})"
             )
+        if table.column(KEY).null_count:
+            raise BadInputError(f"update_state of batch process function {self.op.uid!r} got null keys")
         self.updates.append(table)
 
     def clear_state(self, keys: Any) -> None:
-        self.clears.append(_array(keys))
+        keys = _array(keys)
+        if keys.null_count:
+            raise BadInputError(f"clear_state of batch process function {self.op.uid!r} got null keys")
+        self.clears.append(keys)
 
     def register_timers(self, keys: Any, timestamps: Any) -> None:
-        self.timers.append((_array(keys), _array(timestamps), True))
+        self.timers.append((*self._timers("register_timers", keys, timestamps), True))
 
     def delete_timers(self, keys: Any, timestamps: Any) -> None:
-        self.timers.append((_array(keys), _array(timestamps), False))
+        self.timers.append((*self._timers("delete_timers", keys, timestamps), False))
+
+    def _timers(self, call: str, keys: Any, timestamps: Any) -> tuple[pa.Array, pa.Array]:
+        keys, timestamps = _array(keys), _array(timestamps)
+        if len(keys) != len(timestamps) or keys.null_count or timestamps.null_count:
+            raise BadInputError(
+                f"{call} of batch process function {self.op.uid!r} got {len(keys)} keys and "
+                f"{len(timestamps)} timestamps ({keys.null_count + timestamps.null_count} null): pass one "
+                "non-null timestamp per non-null key"
+            )
+        return keys, timestamps
 
 
 def _array(values: Any) -> pa.Array:
@@ -168,3 +184,4 @@ class BatchProcessOperator(KeyedOperator):
             out = self.fn.on_timers(timers, self._state_table(keys), ctx)
             self._apply(ctx)
             self._emit(out, max(t for _, t in fired))
+            self.timers.advance_watermark(self.timers.current_watermark)  # timers it set at or below

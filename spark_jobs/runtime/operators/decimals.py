@@ -53,10 +53,12 @@ def unscale(column: pa.Array, name: str) -> pa.Array:
     return pa.array(low.copy(), pa.int64(), mask=mask)
 
 
-def rescale(values: pa.Array, scale: int) -> pa.Array:
-    """Unscaled ints (an int64 column, or Python ints beyond it from the heap path) as
-    ``decimal128(38, scale)``."""
+def rescale(values: Any, scale: int) -> pa.Array:
+    """Unscaled ints (an int64 column, or a list of Python ints -- the heap path's exact sums, which
+    may pass int64) as ``decimal128(38, scale)``."""
     target = pa.decimal128(38, scale)
+    if isinstance(values, list):
+        return pa.array([None if v is None else Decimal(int(v)).scaleb(-scale) for v in values], target)
     if isinstance(values, pa.ChunkedArray):
         values = values.combine_chunks()
     if pa.types.is_int64(values.type) and values.null_count == 0:

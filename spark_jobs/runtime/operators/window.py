@@ -66,6 +66,10 @@ COLUMNAR = True
 backend; ablation and equivalence tests only)."""
 
 
+MAX_LATENESS_MS = 1 << 62
+"""Any larger allowed lateness means "keep every window": event times stay far below 2**62 ms."""
+INDEXED_MODE = "indexed"
+"""``window_mode`` in the operator's snapshot extra: windows fire from the state index, not timers."""
 RESTORED_WITHOUT_COLUMNS = (
     "its restored state does not have columns (an earlier epoch left the fast path, or two string keys "
     "share a 64-bit hash)"
@@ -91,7 +95,8 @@ class WindowOperator(KeyedOperator):
             raise ValueError(f"allowed_lateness_ms={allowed_lateness_ms} is invalid: use >= 0")
         self.assigner = assigner
         self.aggs: Aggregates = as_aggregates(aggregate)
-        self.lateness = allowed_lateness_ms
+        self.lateness = min(allowed_lateness_ms, MAX_LATENESS_MS)
+        """Clamped so ``end - 1 + lateness`` stays in int64 (Flink caps the cleanup time likewise)."""
         self.acc = ValueStateDescriptor[list[Any]]("acc")
         self.sessions = ValueStateDescriptor[list[list[Any]]]("sessions")
         self.session = isinstance(assigner, EventTimeSessionWindows)
@@ -156,9 +161,13 @@ class WindowOperator(KeyedOperator):
 
     def restore_keyed(self, restored: Any) -> None:
         self._restored_from = restored.checkpoint_id
-        if self.lateness and any(restored.timers.values()):
-            self.indexed = False  # a checkpoint of the timer mode (before issue 20): keep its timers
-            self._fall_back("its restored windows have timers (a checkpoint written before issue 20)")
+        parts = restored.extra.get("parts", []) if isinstance(restored.extra, dict) else []
+        if self.lateness and not any(p.get("window_mode") == INDEXED_MODE for p in parts):
+            # a checkpoint of the timer mode (written before issue 20): every subtask restoring it
+            # keeps its timers and stays in that mode, so no subtask opens a window without timers
+            self.indexed = False
+            self.cols = None
+            self._fall_back("its restored windows use timers (a checkpoint written before issue 20)")
         if self.cols is not None and not any(restored.timers.values()):
             cols = WindowColumns.restore(
                 self.cols.merges,
@@ -303,8 +312,6 @@ class WindowOperator(KeyedOperator):
         """Result columns from slot columns. Of a decimal column, a sum, minimum, maximum, first or
         last is a decimal again; a mean is ``unscaled sum / (count * 10**scale)``, one float division
         (correctly rounded while both are below 2**53)."""
-        if not self._scales:
-            return self.aggs.output_columns(slots)
         out: dict[str, Any] = {}
         at = 0
         for agg in self.aggs.outputs:
@@ -313,7 +320,7 @@ class WindowOperator(KeyedOperator):
             at += len(parts)
             scale = self._scales.get(parts[0].arrow[0]) if parts[0].arrow[0] != [] else None
             if scale is not None and isinstance(agg, Avg):
-                total, count = (pc.cast(c, pa.float64()) for c in mine)
+                total, count = (pc.cast(_array(c, wide=pa.float64()), pa.float64(), safe=False) for c in mine)
                 denominator = pc.multiply(count, float(10**scale))
                 out[agg.name] = pc.if_else(
                     pc.equal(count, 0.0), pa.scalar(None, pa.float64()), pc.divide(total, denominator)
@@ -324,15 +331,25 @@ class WindowOperator(KeyedOperator):
                     decimals.rescale(c, scale) if type(p) in _DECIMAL_RESULT else c
                     for p, c in zip(parts, mine)
                 ]
-            out[agg.name] = agg.output(mine)
+            try:
+                columns = [_array(c, wide=pa.float64() if isinstance(agg, Avg) else None) for c in mine]
+            except (OverflowError, pa.ArrowInvalid):
+                raise BadInputError(
+                    f"aggregate {agg.name!r} of window operator {self.uid!r} reached a value beyond int64 "
+                    "(kept exactly in its state, but it has no int64 result): cast its column to a decimal "
+                    "or to float64 before the window"
+                ) from None
+            out[agg.name] = agg.output(columns)
         return out
 
     def snapshot_extra(self) -> dict[str, Any]:
         extra: dict[str, Any] = {}
         if self._scales:
             extra["decimal_scales"] = dict(sorted(self._scales.items()))
-        if self.indexed and self._fired_through > MIN_TIMESTAMP:
-            extra["fired_through"] = self._fired_through
+        if self.indexed:
+            extra["window_mode"] = INDEXED_MODE  # restores stay in this mode (restore_keyed)
+            if self._fired_through > MIN_TIMESTAMP:
+                extra["fired_through"] = self._fired_through
         return extra
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
@@ -373,7 +390,7 @@ class WindowOperator(KeyedOperator):
         for agg in self.aggs.aggregates:
             column, _ = agg.arrow
             if column != [] and column not in columns:
-                columns[column] = batch.column(column).take(pa.array(rows))
+                columns[column] = _exact_for_sums(batch.column(column).take(pa.array(rows)))
         grouped = (
             pa.table(columns).group_by([self.key_name, "_ws"], use_threads=False).aggregate(self.aggs.arrow)
         )
@@ -382,7 +399,7 @@ class WindowOperator(KeyedOperator):
         keys_all = grouped.column(self.key_name).to_pylist()
         partial_arrow = [grouped.column(a.partial_column()) for a in self.aggs.aggregates]
         vector = _vector_partials(self.aggs, partial_arrow) if VECTOR_MERGE else None
-        partial_cols = [] if vector is not None else [c.to_pylist() for c in partial_arrow]
+        partial_cols = [] if vector is not None else [_pylist(c) for c in partial_arrow]
         for ws in np.unique(window_starts):
             idx = np.nonzero(window_starts == ws)[0]
             keys = [keys_all[i] for i in idx]
@@ -391,7 +408,7 @@ class WindowOperator(KeyedOperator):
             merged = None if vector is None else _merge_vector(current, vector[idx])
             if merged is None:
                 if not partial_cols:
-                    partial_cols = [c.to_pylist() for c in partial_arrow]
+                    partial_cols = [_pylist(c) for c in partial_arrow]
                 merged = []
                 for j, i in enumerate(idx):
                     stored = current[j]
@@ -449,7 +466,11 @@ class WindowOperator(KeyedOperator):
             for agg in self.aggs.aggregates:
                 column, _ = agg.arrow
                 if column != [] and column not in columns:
-                    columns[column] = batch.column(column).take(taken)
+                    taken_column = batch.column(column).take(taken)
+                    if _exact_for_sums(taken_column) is not taken_column:
+                        self._fall_back("a sum beyond the exact int64 range (2**62)")
+                        return False
+                    columns[column] = taken_column
             grouped = (
                 pa.table(columns)
                 .group_by([self.key_name, "_ws"], use_threads=False)
@@ -559,7 +580,7 @@ class WindowOperator(KeyedOperator):
             results = [r[3] for r in rows]  # result(acc) is acc: skip a call per row and aggregate
         else:
             results = [self.aggs.results(r[3]) for r in rows]
-        slots = [pa.array([res[j] for res in results]) for j in range(len(self.aggs.aggregates))]
+        slots = [[res[j] for res in results] for j in range(len(self.aggs.aggregates))]
         columns.update(self._output_columns(slots))
         columns["_ts"] = pa.array([r[2] - 1 for r in rows], pa.int64())
         self.out.emit(pa.RecordBatch.from_pydict(columns))
@@ -584,6 +605,39 @@ def _late_rows(num_rows: int, rows: np.ndarray[Any, Any], live: np.ndarray[Any, 
         rows[~live] if len(rows) == num_rows else np.setdiff1d(np.arange(num_rows), rows[live])
     )
     return late
+
+
+def _exact_for_sums(column: Any) -> Any:
+    """``column``, or -- when it holds ints whose sum over the chunk could pass int64 (Arrow's grouped
+    sum would wrap silently) -- the same values as ``decimal128(38, 0)``, which Arrow sums exactly."""
+    if not pa.types.is_integer(column.type) or not len(column):
+        return column
+    bounds = pc.min_max(column).as_py()
+    low, high = bounds["min"], bounds["max"]
+    if low is None or max(abs(low), abs(high)) * len(column) < _INT_SAFE:
+        return column
+    return column.cast(pa.decimal128(38, 0))
+
+
+def _pylist(column: Any) -> list[Any]:
+    """A partial column's values; exact decimal sums of ints (``_exact_for_sums``) as ints."""
+    values: list[Any] = column.to_pylist()
+    if pa.types.is_decimal(column.type) and column.type.scale == 0:
+        return [None if v is None else int(v) for v in values]
+    return values
+
+
+def _array(values: Any, wide: Any = None) -> Any:
+    """A slot column as an Arrow array: as it is, or from the heap path's Python values; with
+    ``wide``, ints beyond int64 (exact Python sums) become that type instead of failing."""
+    if isinstance(values, (pa.Array, pa.ChunkedArray)):
+        return values
+    try:
+        return pa.array(values)
+    except (OverflowError, pa.ArrowInvalid):
+        if wide is None:
+            raise
+        return pa.array([None if v is None else float(v) for v in values], wide)
 
 
 def _partial_slot(column: Any) -> np.ndarray[Any, Any] | str:
