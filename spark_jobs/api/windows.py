@@ -159,7 +159,8 @@ class Avg(Aggregate):
 
 
 class Min(Aggregate):
-    """The smallest value (a chunk of only nulls leaves the accumulator as it is)."""
+    """The smallest value. Nulls and NaN are skipped (as Arrow does within a chunk): a window whose
+    values are all NaN gives NaN, whatever the chunking."""
 
     column_merge = "min"
 
@@ -171,9 +172,9 @@ class Min(Aggregate):
         return None
 
     def merge(self, acc: Any, partial: Any) -> Any:
-        if partial is None:
-            return acc
-        return partial if acc is None else min(acc, partial)
+        if partial is None or partial != partial:  # null, or NaN: skipped unless nothing else came
+            return partial if acc is None else acc
+        return partial if acc is None or acc != acc or partial < acc else acc
 
 
 class Max(Min):
@@ -184,9 +185,9 @@ class Max(Min):
         self.arrow = (column, "max")
 
     def merge(self, acc: Any, partial: Any) -> Any:
-        if partial is None:
-            return acc
-        return partial if acc is None else max(acc, partial)
+        if partial is None or partial != partial:
+            return partial if acc is None else acc
+        return partial if acc is None or acc != acc or partial > acc else acc
 
 
 class First(Min):

@@ -20,7 +20,7 @@ accumulator list; either path restores what the other wrote (savepoints, rescali
 
 Merges are the heap backend's, element for element: ``Count``/``Sum`` add (``acc + partial``: for
 floats the same IEEE addition as Python's), ``Min``/``Max`` keep the accumulator unless the partial
-is strictly smaller/greater (Python's ``min(acc, partial)``, so NaN and -0.0 behave alike),
+is strictly smaller/greater or the accumulator is NaN and the partial is not (``Min.merge``),
 ``First`` keeps the accumulator and ``Last`` takes the partial.
 
 Int keys: while every key fits in 48 bits (``-2**47 <= key < 2**47``), ``index`` is ``key group
@@ -259,10 +259,10 @@ class WindowColumns:
             got = part[hit]
             if merge == ADD:
                 col[at] += got
-            elif merge == MIN:
-                col[at] = np.where(got < col[at], got, col[at])
-            elif merge == MAX:
-                col[at] = np.where(got > col[at], got, col[at])
+            elif merge in (MIN, MAX):  # Min.merge / Max.merge: NaN only while nothing else came
+                cur = col[at]
+                better = got < cur if merge == MIN else got > cur
+                col[at] = np.where(better | ((cur != cur) & (got == got)), got, cur)
             else:  # LAST
                 col[at] = got
             merged.append(col)

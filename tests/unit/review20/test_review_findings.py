@@ -188,3 +188,21 @@ def test_an_int_result_beyond_int64_is_refused_naming_the_aggregate(
         BadInputError, match="aggregate 'sum_v' of window operator 'w' reached a value beyond int64"
     ):
         op.process_watermark(1_000)
+
+
+@pytest.mark.parametrize("columnar", [False, True])
+@pytest.mark.parametrize(
+    "chunks", [[[float("nan"), 1.0, 0.5]], [[float("nan")], [1.0, 0.5]], [[1.0, 0.5], [float("nan")]]]
+)
+def test_min_and_max_skip_nan_whatever_the_chunking(
+    monkeypatch: pytest.MonkeyPatch, columnar: bool, chunks: list[list[float]]
+) -> None:
+    from spark_jobs.api.windows import Max, Min
+
+    monkeypatch.setattr(window, "COLUMNAR", columnar)
+    op = make(Aggregates(Min("v"), Max("v")), 0)
+    for values in chunks:
+        op.process_batch(batch([{"k": 1, "_ts": 5, "v": v} for v in values]))
+    op.process_watermark(1_000)
+    (row,) = op.output.rows
+    assert (row["min_v"], row["max_v"]) == (0.5, 1.0)
