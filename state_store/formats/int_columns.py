@@ -161,6 +161,20 @@ def _run(rows: Sequence[StateRow]) -> _Run | None:
         return None
 
 
+def key_group_runs(kg_of_row: NDArray[np.int32], rng: KeyGroupRange) -> list[tuple[int, int, int]]:
+    """(key group, first row, end row) of each key group's rows in a typed file; ValueError when the
+    key groups are not ascending or one lies outside ``rng``."""
+    if len(kg_of_row) > 1 and bool(np.any(np.diff(kg_of_row) < 0)):
+        raise ValueError("its key groups are not in ascending order")
+    starts = np.flatnonzero(np.diff(kg_of_row)) + 1 if len(kg_of_row) > 1 else np.zeros(0, np.int64)
+    bounds = [0, *starts.tolist(), len(kg_of_row)] if len(kg_of_row) else [0]
+    runs = [(int(kg_of_row[a]), a, b) for a, b in itertools.pairwise(bounds)]
+    for kg, _, _ in runs:
+        if kg not in rng:
+            raise ValueError(f"a row of key group {kg} lies outside range {rng}")
+    return runs
+
+
 def from_int_table(
     table: pa.Table,
     meta: Mapping[str, str],
@@ -193,22 +207,15 @@ def from_int_table(
     flat = value_col.flatten() if list_value else value_col
     if column("key").null_count or value_col.null_count or flat.null_count:
         raise ValueError("it has null keys or values")
-    kg_of_row = column("key_group").to_numpy()
-    if len(kg_of_row) > 1 and bool(np.any(np.diff(kg_of_row) < 0)):
-        raise ValueError("its key groups are not in ascending order")
+    runs = key_group_runs(column("key_group").to_numpy(), rng)
     keys = column("key").to_numpy()
     ns_col = column("namespace")
     namespaces = ns_col.to_numpy() if ns_col.null_count == 0 else None
     values = flat.to_numpy()
     if list_value:
         values = values.reshape(len(keys), width)
-    starts = np.flatnonzero(np.diff(kg_of_row)) + 1 if len(kg_of_row) > 1 else np.zeros(0, np.int64)
-    bounds = [0, *starts.tolist(), len(kg_of_row)] if len(kg_of_row) else [0]
     out: dict[int, dict[str, Any]] = {}
-    for a, b in itertools.pairwise(bounds):
-        kg = int(kg_of_row[a])
-        if kg not in rng:
-            raise ValueError(f"a row of key group {kg} lies outside range {rng}")
+    for kg, a, b in runs:
         if int_rows and list_value and namespaces is not None:
             out[kg] = {name: IntRows(keys[a:b], namespaces[a:b], values[a:b])}
             continue

@@ -34,7 +34,6 @@ as tuples of rows.
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +44,7 @@ from numpy.typing import NDArray
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
-from state_store.formats.int_columns import SINGLE_VALUE, single_state_runs
+from state_store.formats.int_columns import SINGLE_VALUE, key_group_runs, single_state_runs
 from state_store.formats.int_rows import IntRows
 from state_store.formats.typed_rows import TypedRows, key_list
 
@@ -210,20 +209,13 @@ def from_typed_table(
     expiry_col = column("expiry_ms")
     if key_col.null_count or value_col.null_count or any(f.null_count for f in fields):
         raise ValueError("it has null keys or values")
-    kg_of_row = column("key_group").to_numpy()
-    if len(kg_of_row) > 1 and bool(np.any(np.diff(kg_of_row) < 0)):
-        raise ValueError("its key groups are not in ascending order")
+    runs = key_group_runs(column("key_group").to_numpy(), rng)
     keys: Any = key_col if key_col.type == pa.string() else key_col.to_numpy()
     ns_col = column("namespace")
     namespaces = ns_col.to_numpy() if ns_col.null_count == 0 else None
     slots = [f.to_numpy(zero_copy_only=False) for f in fields]
-    starts = np.flatnonzero(np.diff(kg_of_row)) + 1 if len(kg_of_row) > 1 else np.zeros(0, np.int64)
-    bounds = [0, *starts.tolist(), len(kg_of_row)] if len(kg_of_row) else [0]
     out: dict[int, dict[str, Any]] = {}
-    for a, b in itertools.pairwise(bounds):
-        kg = int(kg_of_row[a])
-        if kg not in rng:
-            raise ValueError(f"a row of key group {kg} lies outside range {rng}")
+    for kg, a, b in runs:
         run_keys = keys.slice(a, b - a) if isinstance(keys, pa.Array) else keys[a:b]
         if typed_rows and namespaces is not None and not scalar and expiry_col.null_count == len(expiry_col):
             out[kg] = {name: TypedRows(run_keys, namespaces[a:b], [s[a:b] for s in slots])}

@@ -18,21 +18,7 @@ from spark_jobs.runtime.operators.batch_process import BatchProcessOperator
 from state_store.core.errors import BadInputError
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.stream import MAX_TIMESTAMP
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-        self.late: list[dict[str, Any]] = []
-
-    def emit(self, batch: pa.RecordBatch) -> None:
-        self.rows.extend(batch.to_pylist())
-
-    def emit_watermark(self, timestamp: int) -> None:
-        return None
-
-    def side(self, tag: str, batch: pa.RecordBatch) -> None:
-        self.late.extend(batch.to_pylist())
+from tests.unit.runtime.support import Collect
 
 
 def make(aggs: Any, lateness: int, restored: Any = None, kgs: tuple[int, int] = (0, 7)) -> Any:

@@ -5,6 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from spark_jobs.api.job import Job
 from spark_jobs.chaos.observe import state_digest
 from spark_jobs.examples.clickstream import build_job
@@ -84,3 +86,26 @@ def assert_acks_bundled(uri: str, job: Job) -> int:
         checked += len(listed)
     assert checked > 0
     return checked
+
+
+class Collect:
+    """An operator's output in a test: emitted rows, side outputs by tag, watermarks."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+        self.side_rows: dict[str, list[dict[str, Any]]] = {}
+        self.watermarks: list[int] = []
+
+    @property
+    def late(self) -> list[dict[str, Any]]:
+        """Rows of the ``late`` side output (window operators)."""
+        return self.side_rows.get("late", [])
+
+    def emit(self, batch: pa.RecordBatch) -> None:
+        self.rows.extend(batch.to_pylist())
+
+    def emit_watermark(self, timestamp: int) -> None:
+        self.watermarks.append(timestamp)
+
+    def side(self, tag: str, batch: pa.RecordBatch) -> None:
+        self.side_rows.setdefault(tag, []).extend(batch.to_pylist())

@@ -21,22 +21,7 @@ from spark_jobs.runtime.operators.window import WindowOperator
 from spark_jobs.sources.generator import GeneratorSource
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state import ValueStateDescriptor
-
-
-class Collect:
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-        self.side_rows: dict[str, list[dict[str, Any]]] = {}
-        self.watermarks: list[int] = []
-
-    def emit(self, batch: pa.RecordBatch) -> None:
-        self.rows.extend(batch.to_pylist())
-
-    def emit_watermark(self, timestamp: int) -> None:
-        self.watermarks.append(timestamp)
-
-    def side(self, tag: str, batch: pa.RecordBatch) -> None:
-        self.side_rows.setdefault(tag, []).extend(batch.to_pylist())
+from tests.unit.runtime.support import Collect
 
 
 def opened(op: Operator, now_ms: int = 0) -> Collect:

@@ -45,6 +45,7 @@ from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import CompletedCheckpointStore, JobLayout, killpoints
 from state_store.storage import open_store
 from state_store.testing import KillAt, ManualClock, SimulatedCrash
+from tests.unit.runtime.support import Collect
 
 STEP = 10_000
 AGGREGATES = {
@@ -301,20 +302,6 @@ def test_a_collision_is_refused_before_anything_changes_and_a_restore_leaves_it_
     assert restored is not None and sorted(restored.runs[0].keys.to_pylist()) == ["ab", "cd"]
 
 
-class _Collect:
-    def __init__(self) -> None:
-        self.rows: list[dict[str, Any]] = []
-
-    def emit(self, batch: pa.RecordBatch) -> None:
-        self.rows.extend(batch.to_pylist())
-
-    def emit_watermark(self, timestamp: int) -> None:
-        return None
-
-    def side(self, tag: str, batch: pa.RecordBatch) -> None:
-        return None
-
-
 @settings(max_examples=40, deadline=None)
 @given(
     st.lists(
@@ -340,7 +327,7 @@ def test_float_sums_equal_a_sequential_python_reference_bit_for_bit(
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(window, "COLUMNAR", columnar)
         op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count(), Sum("v")), 0)
-        out = _Collect()
+        out = Collect()
         op.output = out
         op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
         reference: dict[tuple[str, int], Any] = {}
@@ -411,7 +398,7 @@ def test_decimals_beyond_18_digits_or_of_another_scale_are_refused_with_a_remedy
     from state_store.core.keygroups import KeyGroupRange
 
     op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Sum("v")), 0)
-    op.output = _Collect()
+    op.output = Collect()
     op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
 
     def batch(value: pa.Array) -> pa.RecordBatch:
@@ -440,7 +427,7 @@ def test_a_late_record_that_opens_a_fired_window_is_emitted_once(
 
     monkeypatch.setattr(window, "COLUMNAR", columnar)
     op = window.WindowOperator("w", "k", TumblingEventTimeWindows(100), Aggregates(Count()), 50)
-    op.output = _Collect()
+    op.output = Collect()
     op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
     assert (op.cols is not None) == columnar
     op.process_batch(pa.RecordBatch.from_pylist([{"k": 1, "_ts": 10}]))
@@ -488,7 +475,7 @@ def test_sessions_that_touch_merge_as_in_flink_and_spark() -> None:
     from state_store.core.keygroups import KeyGroupRange
 
     op = window.WindowOperator("w", "k", EventTimeSessionWindows(100), Aggregates(Count()), 0)
-    op.output = _Collect()
+    op.output = Collect()
     op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
     op.process_batch(
         pa.RecordBatch.from_pylist([{"k": 1, "_ts": 0}, {"k": 1, "_ts": 100}, {"k": 1, "_ts": 201}])
