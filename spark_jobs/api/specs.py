@@ -154,7 +154,9 @@ class ProcessSpec(KeyedStepSpec):
 @dataclass(frozen=True, slots=True)
 class WindowSpec(KeyedStepSpec):
     """``.window(assigner, aggregate, uid=, allowed_lateness_ms=, late_output=)``: one accumulator
-    per (key, window) -- ``sessions`` for session windows, else ``acc`` -- and, with a
+    per (key, window) -- ``acc``; session windows keep ``session`` (one entry per open session)
+    without allowed lateness and ``sessions`` (one list per key, and timers) with it, and each
+    converts the other's at a restore -- and, with a
     ``late_output`` sink, the ``late`` side output acknowledged as ``<uid>-late``."""
 
     kind: ClassVar[str] = "window"
@@ -165,8 +167,9 @@ class WindowSpec(KeyedStepSpec):
     late_output: Any = None
 
     def state_kinds(self) -> dict[str, str]:
-        name = "sessions" if isinstance(self.assigner, EventTimeSessionWindows) else "acc"
-        return {name: StateKind.VALUE.value}
+        if isinstance(self.assigner, EventTimeSessionWindows):  # each mode reads the other's
+            return {"session": StateKind.VALUE.value, "sessions": StateKind.VALUE.value}
+        return {"acc": StateKind.VALUE.value}
 
     def side_outputs(self, uid: str) -> tuple[SideOutput, ...]:
         if self.late_output is None:

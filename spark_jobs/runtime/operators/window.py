@@ -23,7 +23,10 @@ such an operator stays in the timer mode.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -47,6 +50,7 @@ from spark_jobs.runtime.keys import KeySpec, key_groups
 from spark_jobs.runtime.operators import decimals
 from spark_jobs.runtime.operators.base import OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
+from spark_jobs.runtime.operators.session_columns import SessionColumns, Sessions
 from spark_jobs.runtime.operators.window_columns import Refused, WindowColumns
 from state_store.core.errors import BadInputError
 from state_store.core.state import KeyedStateSnapshot, StateKind, ValueStateDescriptor
@@ -99,8 +103,21 @@ class WindowOperator(KeyedOperator):
         """Clamped so ``end - 1 + lateness`` stays in int64 (Flink caps the cleanup time likewise)."""
         self.acc = ValueStateDescriptor[list[Any]]("acc")
         self.sessions = ValueStateDescriptor[list[list[Any]]]("sessions")
+        """Session windows in the timer mode: per key, the list of its ``[start, end, acc]``."""
+        self.session_state = ValueStateDescriptor[list[Any]]("session")
+        """Session windows in the indexed mode: namespace = start, value = ``[end, *acc]``."""
         self.session = isinstance(assigner, EventTimeSessionWindows)
         self.indexed = INDEXED_FIRING and not self.session
+        self.session_indexed = INDEXED_FIRING and self.session and self.lateness == 0
+        """Session windows without timers (``_process_session_chunks``): the state says when each
+        session ends; with allowed lateness, or restored from a checkpoint of the timer mode, the
+        timer mode (``_process_sessions``) runs instead."""
+        self._session_starts: dict[Any, list[int]] = {}
+        """Indexed sessions on the heap backend: key -> the starts of its open sessions, sorted."""
+        self._session_due: list[tuple[int, int, Any, int]] = []
+        """Indexed sessions on the heap backend: a min-heap of (end - 1, sequence, key, start); an
+        entry whose session is gone or ends elsewhere now is skipped when it comes up."""
+        self._sequence = itertools.count()
         self._pending: dict[int, list[Any]] = {}
         """Indexed mode: window start -> keys holding an accumulator for it (not fired yet, or fired
         and kept for the allowed lateness)."""
@@ -110,7 +127,9 @@ class WindowOperator(KeyedOperator):
         self._results: list[tuple[Any, int, int, list[Any]]] = []
         self.late_records = 0
         self.columnar_restore = (
-            COLUMNAR and self.indexed and all(a.column_merge is not None for a in self.aggs.aggregates)
+            COLUMNAR
+            and (self.indexed or self.session_indexed)
+            and all(a.column_merge is not None for a in self.aggs.aggregates)
         )
         """Columnar mode is possible: the runtime decodes this operator's state files to int columns."""
         self.fallback: str | None = None if self.columnar_restore else self._why_not_columnar()
@@ -119,13 +138,15 @@ class WindowOperator(KeyedOperator):
         ack's metrics (``heap_fallback``)."""
         self.cols: WindowColumns | None = None
         """Columnar mode (``window_columns``): the accumulators live here, not in the backend."""
+        self.scols: SessionColumns | None = None
+        """Columnar mode of session windows (``session_columns``)."""
         self._restored_from: int | None = None
         self._scales: dict[str, int] = {}
         """Decimal columns this operator aggregates, by name: their scale (``decimals``)."""
 
     def _why_not_columnar(self) -> str:
-        if self.session:
-            return "session windows"
+        if self.session and self.lateness:
+            return "session windows with allowed lateness"
         if not (COLUMNAR and INDEXED_FIRING):
             return "the columnar path is switched off"
         other = [a for a in self.aggs.aggregates if a.column_merge is None]
@@ -146,10 +167,14 @@ class WindowOperator(KeyedOperator):
             )
 
     def register_states(self) -> None:
-        self.backend.bulk(self.sessions if self.session else self.acc)
+        self.backend.bulk(
+            self.session_state if self.session_indexed else self.sessions if self.session else self.acc
+        )
 
     def open(self, ctx: Any, restored: Any) -> None:
-        if self.columnar_restore:
+        if self.columnar_restore and self.session:
+            self.scols = SessionColumns(self._column_merges())
+        elif self.columnar_restore:
             self.cols = WindowColumns(self._column_merges())
         elif self.fallback is not None:
             self._fall_back(self.fallback)
@@ -158,10 +183,15 @@ class WindowOperator(KeyedOperator):
             self._pending = {
                 int(ns): keys for ns, keys in self.backend.keys_by_namespace(self.acc.name).items()
             }
+        if self.session_indexed and self.scols is None:
+            self._index_sessions()
 
     def restore_keyed(self, restored: Any) -> None:
         self._restored_from = restored.checkpoint_id
         parts = restored.extra.get("parts", []) if isinstance(restored.extra, dict) else []
+        if self.session:
+            self._restore_sessions(restored)
+            return
         if self.lateness and not any(p.get("window_mode") == INDEXED_MODE for p in parts):
             # a checkpoint of the timer mode (written before issue 20): every subtask restoring it
             # keeps its timers and stays in that mode, so no subtask opens a window without timers
@@ -188,6 +218,64 @@ class WindowOperator(KeyedOperator):
         self.cols = None  # timers from an older checkpoint, or entries of another shape
         super().restore_keyed(restored)
 
+    def _restore_sessions(self, restored: Any) -> None:
+        """Sessions of this operator's mode restore onto the columns when they fit, else onto the heap
+        backend; sessions of the other mode (a checkpoint written before issue 20, or with another
+        allowed lateness) restore onto the heap backend and are converted (``_convert_sessions``)."""
+        other = self.sessions.name if self.session_indexed else self.session_state.name
+        converting = any(
+            len(states.get(other) or ()) for snap in restored.keyed for states in snap.key_groups.values()
+        )
+        if self.scols is not None and not converting and not any(restored.timers.values()):
+            cols = SessionColumns.restore(
+                self.scols.merges,
+                restored.keyed,
+                self.session_state.name,
+                self.backend.key_groups,
+                None
+                if restored.trusted_key_groups
+                else lambda keys: key_groups(
+                    keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
+                ),
+            )
+            if cols is not None:
+                self.scols = cols
+                return
+        if self.scols is not None:
+            self._fall_back(
+                "its restored sessions use timers (a checkpoint written before issue 20: converted)"
+                if converting
+                else RESTORED_WITHOUT_COLUMNS
+            )
+        self.scols = None
+        super().restore_keyed(restored)
+        if converting:
+            self._convert_sessions()
+
+    def _convert_sessions(self) -> None:
+        """Move the restored sessions of the other mode into this mode's state: the timer mode keeps
+        a key's sessions as one list ``[[start, end, acc], ...]`` and a timer at ``end - 1`` each; the
+        indexed mode one ``[end, *acc]`` per (key, start) and no timers."""
+        lists = self.backend.bulk(self.sessions)
+        rows = self.backend.bulk(self.session_state)
+        if self.session_indexed:
+            for ns, keys in self.backend.keys_by_namespace(self.sessions.name).items():
+                for key, sessions in zip(keys, lists.pop_many(keys, namespace=ns)):
+                    for start, end, acc in sessions or []:
+                        self.timers.delete_event_time_timer(key, start, end - 1)
+                        rows.put_many([key], [[end, *acc]], namespace=start)
+            return
+        by_key: dict[Any, list[list[Any]]] = {}
+        for ns, keys in self.backend.keys_by_namespace(self.session_state.name).items():
+            for key, value in zip(keys, rows.pop_many(keys, namespace=ns)):
+                if value is not None:
+                    by_key.setdefault(key, []).append([int(ns), value[0], value[1:]])
+        for key, sessions in by_key.items():
+            sessions.sort(key=lambda session: session[0])
+            lists.put_many([key], [sessions])
+            for start, end, _ in sessions:
+                self.timers.register_event_time_timer(key, start, end - 1)
+
     def _demote(self) -> None:
         """Move the columnar accumulators into the heap backend for the rest of the epoch (an
         input the columns cannot hold exactly: non-int keys or values, or int64's safe range)."""
@@ -204,17 +292,19 @@ class WindowOperator(KeyedOperator):
         self.backend.mark_changed(cols.changed)
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        if self.cols is None:
+        cols = self.cols or self.scols
+        if cols is None:
             return super().snapshot(checkpoint_id)
-        rows = self.cols.snapshot_rows()
-        changed = set(self.cols.changed)
+        name = self.session_state.name if self.session else self.acc.name
+        rows = cols.snapshot_rows()
+        changed = set(cols.changed)
         if self._restored_from is None:
             changed.update(rows)  # nothing to reuse: every non-empty key group is new
         keyed = KeyedStateSnapshot(
             max_parallelism=self.backend.max_parallelism,
             key_group_range=self.backend.key_groups,
-            kinds={self.acc.name: StateKind.VALUE},
-            key_groups={kg: {self.acc.name: r} for kg, r in rows.items()},  # type: ignore[dict-item]
+            kinds={name: StateKind.VALUE},
+            key_groups={kg: {name: r} for kg, r in rows.items()},  # type: ignore[dict-item]
             changed_key_groups=frozenset(changed),
             checkpoint_id=checkpoint_id,
             base_checkpoint_id=self._restored_from,
@@ -224,11 +314,16 @@ class WindowOperator(KeyedOperator):
     def dispose(self) -> None:
         self._pending = {}
         self.cols = None
+        self.scols = None
+        self._session_starts = {}
+        self._session_due = []
         super().dispose()
 
     def process_watermark(self, timestamp: int) -> None:
         self.timers.advance_watermark(timestamp)
-        if self.cols is not None:
+        if self.session_indexed:
+            self._fire_sessions(timestamp)
+        elif self.cols is not None:
             self._fire_columns(timestamp)
         elif self.indexed:
             self._fire_pending(timestamp)
@@ -346,7 +441,7 @@ class WindowOperator(KeyedOperator):
         extra: dict[str, Any] = {}
         if self._scales:
             extra["decimal_scales"] = dict(sorted(self._scales.items()))
-        if self.indexed:
+        if self.indexed or self.session_indexed:
             extra["window_mode"] = INDEXED_MODE  # restores stay in this mode (restore_keyed)
             if self._fired_through > MIN_TIMESTAMP:
                 extra["fired_through"] = self._fired_through
@@ -362,12 +457,15 @@ class WindowOperator(KeyedOperator):
                 self._scales.setdefault(column, int(scale))
             if "fired_through" in part:
                 fired.append(int(part["fired_through"]))
-        if fired and self.indexed:
+        if fired and (self.indexed or self.session_indexed):
             self._fired_through = min(fired)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
         if self._scales or any(decimals.is_decimal(t) for t in batch.schema.types):
             batch = self._unscaled(batch)
+        if self.session_indexed:
+            self._process_session_chunks(batch)
+            return
         if self.session:
             self._process_sessions(batch)
             return
@@ -436,22 +534,11 @@ class WindowOperator(KeyedOperator):
         columns: keys that are not non-null ints or strings, aggregated columns that are not non-null
         ints, floats or bools, sums beyond ``SAFE``, a string-key hash collision (``Refused``)."""
         assert self.cols is not None
-        keys = self.keys_of(batch)
-        if pa.types.is_large_string(keys.type):
-            keys = keys.cast(pa.string())
-        if not (pa.types.is_integer(keys.type) or pa.types.is_string(keys.type)) or keys.null_count:
-            self._fall_back(f"keys of type {keys.type}{' with nulls' if keys.null_count else ''}")
+        keys = _column_keys(self.keys_of(batch))
+        unfit = self._unfit_for_columns(batch, keys)
+        if unfit is not None:
+            self._fall_back(unfit)
             return False
-        for agg in self.aggs.aggregates:
-            column, _ = agg.arrow
-            if column == []:
-                continue
-            kind = batch.schema.field(column).type
-            fits = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
-            if not fits or batch.column(column).null_count:
-                nulls = " with nulls" if batch.column(column).null_count else ""
-                self._fall_back(f"column {column!r} of type {kind}{nulls}")
-                return False
         ts = event_times(batch)
         rows, starts = self.assigner.assign(ts)
         size = self.assigner.size()
@@ -508,6 +595,203 @@ class WindowOperator(KeyedOperator):
             self.out.side("late", batch.take(pa.array(late_rows)))
         return True
 
+    def _unfit_for_columns(self, batch: pa.RecordBatch, keys: pa.Array) -> str | None:
+        """Why the columns cannot take ``batch`` (keys that are not non-null ints or strings,
+        aggregated columns that are not non-null ints, floats or bools), or None."""
+        if not (pa.types.is_integer(keys.type) or pa.types.is_string(keys.type)) or keys.null_count:
+            return f"keys of type {keys.type}{' with nulls' if keys.null_count else ''}"
+        for agg in self.aggs.aggregates:
+            column, _ = agg.arrow
+            if column == []:
+                continue
+            kind = batch.schema.field(column).type
+            fits = pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_boolean(kind)
+            if not fits or batch.column(column).null_count:
+                nulls = " with nulls" if batch.column(column).null_count else ""
+                return f"column {column!r} of type {kind}{nulls}"
+        return None
+
+    # -- session windows, indexed mode -------------------------------------------------------------
+    def _process_session_chunks(self, batch: pa.RecordBatch) -> None:
+        """Session windows without timers: the chunk's sessions (``_session_chunk``) merge into the
+        open ones, on the columns (``session_columns``) or on the heap backend, in the same order."""
+        keys = self.keys_of(batch)
+        if self.scols is not None:
+            keys = _column_keys(keys)
+            unfit = self._unfit_for_columns(batch, keys)
+            if unfit is not None:
+                self._fall_back(unfit)
+                self._demote_sessions()
+        chunk = self._session_chunk(batch, keys)
+        if chunk.size and self.scols is not None:
+            refused = self._merge_session_columns(chunk)
+            if refused is not None:
+                self._fall_back(refused)
+                self._demote_sessions()
+        if chunk.size and self.scols is None:
+            self._merge_sessions_heap(chunk)
+        if len(chunk.late):
+            self.late_records += len(chunk.late)
+            self.out.side("late", batch.take(pa.array(chunk.late)))
+
+    def _session_chunk(self, batch: pa.RecordBatch, keys: pa.Array) -> SessionChunk:
+        """The chunk's records that are not late, as sessions: per key, in event-time order (ties in
+        record order), a new session wherever a record starts after the previous one's session
+        ended; each with the partial aggregate of its records (Arrow, one thread, in that order)."""
+        gap = self.assigner.gap_ms
+        ts = event_times(batch)
+        live = ts + (gap - 1) > self.watermark
+        late = np.flatnonzero(~live)
+        rows = np.flatnonzero(live)
+        if not len(rows):
+            return SessionChunk(late, keys.slice(0, 0), ts[:0], ts[:0], [], False)
+        times = ts[rows]
+        codes = _key_codes(keys.take(pa.array(rows)))
+        order = np.lexsort((times, codes))
+        rows, times, codes = rows[order], times[order], codes[order]
+        boundary = np.ones(len(rows), dtype=np.bool_)
+        boundary[1:] = (codes[1:] != codes[:-1]) | (times[1:] > times[:-1] + gap)
+        first = np.flatnonzero(boundary)
+        last = np.append(first[1:] - 1, len(rows) - 1)
+        taken = pa.array(rows)
+        columns: dict[str, Any] = {"_sid": np.cumsum(boundary) - 1}
+        wide = False
+        for agg in self.aggs.aggregates:
+            column, _ = agg.arrow
+            if column != [] and column not in columns:
+                values = batch.column(column).take(taken)
+                columns[column] = _exact_for_sums(values)
+                wide |= columns[column] is not values
+        grouped = pa.table(columns).group_by("_sid", use_threads=False).aggregate(self.aggs.arrow)
+        by_session = pa.array(np.argsort(grouped.column("_sid").to_numpy()))
+        partials = [grouped.column(a.partial_column()).take(by_session) for a in self.aggs.aggregates]
+        return SessionChunk(
+            late, keys.take(pa.array(rows[first])), times[first], times[last] + gap, partials, wide
+        )
+
+    def _merge_session_columns(self, chunk: SessionChunk) -> str | None:
+        """Merge the chunk's sessions into the columns, or say why they cannot take them (nothing
+        changed then)."""
+        assert self.scols is not None
+        if chunk.wide:
+            return "a sum beyond the exact int64 range (2**62)"
+        slots = [_partial_slot(p) for p in chunk.partials]
+        bad = next((p for p in slots if isinstance(p, str)), None)
+        if bad is not None:
+            return bad
+        keys = chunk.keys
+        kgs = key_groups(keys, self.backend.max_parallelism)
+        outside = np.nonzero((kgs < self.backend.key_groups.first) | (kgs > self.backend.key_groups.last))[0]
+        if len(outside):
+            self.backend.set_current_key(keys[int(outside[0])].as_py())  # raises KeyOutOfRangeError
+        values = (
+            keys if pa.types.is_string(keys.type) else keys.to_numpy(zero_copy_only=False).astype(np.int64)
+        )
+        try:
+            self.scols.merge(values, kgs, chunk.start, chunk.end, slots)  # type: ignore[arg-type]
+        except Refused as refused:
+            return str(refused)
+        return None
+
+    def _merge_sessions_heap(self, chunk: SessionChunk) -> None:
+        """``SessionColumns.merge`` on the heap backend: each chunk session (in start order per key)
+        joins the open sessions of its key it overlaps or touches, folding the pieces by (start, open
+        before new)."""
+        handle = self.backend.get_state(self.session_state)
+        partials = [_pylist(c) for c in chunk.partials]
+        starts, ends = chunk.start.tolist(), chunk.end.tolist()
+        for i, key in enumerate(chunk.keys.to_pylist()):
+            low, high = starts[i], ends[i]
+            self.backend.set_current_key(key)
+            pieces: list[tuple[int, int, list[Any]]] = [(low, 1, [col[i] for col in partials])]
+            kept = []
+            for start in self._session_starts.get(key, []):
+                self.backend.set_current_namespace(start)
+                value = handle.value()
+                assert value is not None
+                if start <= high and low <= value[0]:  # overlapping or touching: joined
+                    low, high = min(low, start), max(high, value[0])
+                    pieces.append((start, 0, value[1:]))
+                    handle.clear()
+                else:
+                    kept.append(start)
+            pieces.sort(key=lambda piece: piece[:2])
+            acc = self.aggs.merge(self.aggs.zero(), pieces[0][2])
+            for piece in pieces[1:]:
+                acc = self.aggs.merge(acc, piece[2])
+            self.backend.set_current_namespace(low)
+            handle.update([high, *acc])
+            self._session_starts[key] = sorted([*kept, low])
+            heapq.heappush(self._session_due, (high - 1, next(self._sequence), key, low))
+
+    def _fire_sessions(self, watermark: int) -> None:
+        """Emit and drop every session with ``end - 1 <= watermark``."""
+        self._fired_through = max(self._fired_through, watermark)
+        if self.scols is not None:
+            fired = self.scols.fire(watermark)
+            if fired is not None:
+                self._emit_sessions(fired)
+            return
+        handle = self.backend.get_state(self.session_state)
+        due = self._session_due
+        while due and due[0][0] <= watermark:
+            last, _, key, start = heapq.heappop(due)
+            starts = self._session_starts.get(key)
+            if not starts or start not in starts:
+                continue  # fired or joined into another session already
+            self.backend.set_current_key(key)
+            self.backend.set_current_namespace(start)
+            value = handle.value()
+            if value is None or value[0] - 1 != last:
+                continue  # the session grew since: its newer entry fires it
+            handle.clear()
+            starts.remove(start)
+            if not starts:
+                del self._session_starts[key]
+            self._results.append((key, start, value[0], value[1:]))
+
+    def _emit_sessions(self, fired: Sessions) -> None:
+        keys = fired.skeys if fired.skeys is not None else pa.array(fired.index, pa.int64())
+        columns: dict[str, Any] = {
+            self.key_name: keys,
+            "window_start": pa.array(fired.start, pa.int64()),
+            "window_end": pa.array(fired.end, pa.int64()),
+        }
+        columns.update(self._output_columns([pa.array(s) for s in fired.slots]))
+        columns["_ts"] = pa.array(fired.end - 1, pa.int64())
+        self.out.emit(pa.RecordBatch.from_pydict(columns))
+
+    def _index_sessions(self) -> None:
+        """The heap backend's open sessions: ``_session_starts`` and ``_session_due`` from its state."""
+        self._session_starts, self._session_due = {}, []
+        bulk = self.backend.bulk(self.session_state)
+        for ns, keys in self.backend.keys_by_namespace(self.session_state.name).items():
+            for key, value in zip(keys, bulk.get_many(keys, namespace=ns)):
+                if value is not None:
+                    self._session_starts.setdefault(key, []).append(int(ns))
+                    self._session_due.append((value[0] - 1, next(self._sequence), key, int(ns)))
+        for starts in self._session_starts.values():
+            starts.sort()
+        heapq.heapify(self._session_due)
+
+    def _demote_sessions(self) -> None:
+        """Move the columnar sessions into the heap backend for the rest of the epoch."""
+        cols, self.scols = self.scols, None
+        assert cols is not None
+        if self._restored_from is not None:
+            self.backend.restore([], from_checkpoint=self._restored_from)  # the base of reuse
+        rows = cols.rows
+        if rows is not None and len(rows):
+            bulk = self.backend.bulk(self.session_state)
+            keys = rows.skeys.to_pylist() if rows.skeys is not None else rows.index.tolist()
+            values = [list(v) for v in zip(*(s.tolist() for s in (rows.end, *rows.slots)))]
+            for start in np.unique(rows.start).tolist():
+                at = np.flatnonzero(rows.start == start).tolist()
+                bulk.put_many([keys[i] for i in at], [values[i] for i in at], namespace=start)
+        self.backend.mark_changed(cols.changed)
+        self._index_sessions()
+
+    # -- session windows, timer mode -----------------------------------------------------------------
     def _process_sessions(self, batch: pa.RecordBatch) -> None:
         gap = self.assigner.gap_ms
         ts = event_times(batch)
@@ -593,6 +877,52 @@ class WindowOperator(KeyedOperator):
 
 
 _REPORTED: set[tuple[str | None, str]] = set()
+
+
+@dataclass(frozen=True)
+class SessionChunk:
+    """A chunk as sessions (``WindowOperator._session_chunk``): the late rows' positions, and per
+    chunk session (by key, then start) its key, ``[start, end)`` and partial aggregates; ``wide``
+    when an int column was summed as decimals (a sum that could leave int64)."""
+
+    late: np.ndarray[Any, Any]
+    keys: pa.Array
+    start: np.ndarray[Any, Any]
+    end: np.ndarray[Any, Any]
+    partials: list[Any]
+    wide: bool
+
+    @property
+    def size(self) -> int:
+        return len(self.start)
+
+
+def _column_keys(keys: pa.Array) -> pa.Array:
+    """Keys as the columns take them (large strings as strings)."""
+    return keys.cast(pa.string()) if pa.types.is_large_string(keys.type) else keys
+
+
+def _key_codes(keys: pa.Array) -> np.ndarray[Any, Any]:
+    """An int per key, equal exactly for equal keys (their order means nothing)."""
+    if pa.types.is_integer(keys.type) and not keys.null_count:
+        return np.asarray(keys.to_numpy(), dtype=np.int64)
+    if not keys.null_count:
+        try:
+            return np.asarray(pc.dictionary_encode(keys).indices.to_numpy(), dtype=np.int64)
+        except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+            pass
+    codes: dict[Any, int] = {}
+    return np.array([codes.setdefault(_hashable(k), len(codes)) for k in keys.to_pylist()], dtype=np.int64)
+
+
+def _hashable(key: Any) -> Any:
+    if isinstance(key, dict):
+        return tuple((k, _hashable(v)) for k, v in key.items())
+    if isinstance(key, list):
+        return tuple(_hashable(v) for v in key)
+    return key
+
+
 """(operator uid, reason) pairs already logged by this process."""
 
 _ = MIN_TIMESTAMP

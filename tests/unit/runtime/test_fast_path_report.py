@@ -88,13 +88,29 @@ def test_a_column_that_changes_type_is_named_once_in_the_log_and_in_the_acks(
     assert set(lines) <= {prefix + changed, prefix + restored}
 
 
+def _nulls_in_value(batch: pa.RecordBatch) -> pa.RecordBatch:
+    i = batch.schema.get_field_index("value")
+    value = batch.column(i)
+    return batch.set_column(i, "value", pc.if_else(pc.equal(pc.bit_wise_and(value, 7), 0), None, value))
+
+
 def test_a_shape_the_columns_do_not_cover_is_reported_from_the_first_epoch(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    job = window_job(assigner=EventTimeSessionWindows(3_000), transform=_nulls_in_value)
     with caplog.at_level(logging.WARNING, logger=window.__name__):
-        (metrics,) = _window_metrics(tmp_path, window_job(assigner=EventTimeSessionWindows(3_000)), epochs=1)
-    assert {m.get("heap_fallback") for m in metrics} == {"session windows"}
+        (metrics,) = _window_metrics(tmp_path, job, epochs=1)
+    assert {m.get("heap_fallback") for m in metrics} == {"column 'value' of type int64 with nulls"}
     assert caplog.text.count("slow path") == 1
+
+
+def test_session_windows_run_on_the_columns(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger=window.__name__):
+        (metrics,) = _window_metrics(
+            tmp_path / "plain", window_job(assigner=EventTimeSessionWindows(3_000)), 1
+        )
+    assert {m.get("heap_fallback") for m in metrics} == {None}
+    assert "slow path" not in caplog.text
 
 
 def test_deduplication_says_it_has_no_columnar_path(

@@ -26,6 +26,7 @@ from spark_jobs.api.windows import (
     Aggregates,
     Avg,
     Count,
+    EventTimeSessionWindows,
     First,
     Last,
     Max,
@@ -39,6 +40,7 @@ from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.lifecycle.savepoint import take_savepoint
 from spark_jobs.runtime.cycle import run_cycle
 from spark_jobs.runtime.operators import decimals, window
+from spark_jobs.runtime.operators.session_columns import SessionColumns
 from spark_jobs.runtime.operators.window_columns import WindowColumns
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
@@ -71,6 +73,8 @@ class Variant:
     lateness: int = 0
     """allowed_lateness_ms; with it the job's watermark lags less than the input's disorder, so
     some records arrive after their window fired (kept and re-emitted) or after its lateness (late)"""
+    session: bool = False
+    """session windows (gap 3 s) instead of tumbling/sliding ones"""
 
 
 FLOAT_STRINGS = Variant(True, "float", tuple(AGGREGATES), False, 3, 30)
@@ -100,7 +104,11 @@ def job_of(variant: Variant, parallelism: int) -> Job:
         uid="clicks", partitions=2, seed=variant.seed, events_per_second=[60, 35],
         out_of_orderness_ms=[2_000, 700], keys=variant.keys, start_ms=DEFAULT_START_MS,
     )  # fmt: skip
-    assigner = SlidingEventTimeWindows(10_000, 5_000) if variant.sliding else TumblingEventTimeWindows(10_000)
+    assigner: Any = (
+        SlidingEventTimeWindows(10_000, 5_000) if variant.sliding else TumblingEventTimeWindows(10_000)
+    )
+    if variant.session:
+        assigner = EventTimeSessionWindows(3_000)
     (
         job.source(source, uid="clicks", out_of_orderness_ms=300 if variant.lateness else 2_000)
         .map(_shape(variant))
@@ -131,12 +139,18 @@ class _Merges:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.count = 0
         original = WindowColumns.merge_all
+        original_sessions = SessionColumns.merge
 
         def counting(cols: WindowColumns, chunks: Any) -> None:
             self.count += bool(chunks)
             original(cols, chunks)
 
+        def counting_sessions(cols: SessionColumns, *args: Any) -> None:
+            original_sessions(cols, *args)
+            self.count += 1
+
         monkeypatch.setattr(WindowColumns, "merge_all", counting)
+        monkeypatch.setattr(SessionColumns, "merge", counting_sessions)
 
 
 def run(
