@@ -39,7 +39,19 @@ browser-deps: ## Headless Chromium for the UI browser test (Debian chromium + ch
 	  echo "browser-deps: chromium is missing and apt-get needs root; the browser test will be skipped"; \
 	fi
 
-test: lint browser-deps ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow, Chromium)
+postgres-deps: ## PostgreSQL server for the Postgres sink tests (Debian postgresql), if it can
+	@if [ -n "$$EPOCHAL_PG_BIN" ] || ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then \
+	  echo "postgres-deps: the PostgreSQL server is installed"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "postgres-deps: installing postgresql (apt-get)"; \
+	  { DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1 || \
+	    { apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q postgresql >/dev/null 2>&1; }; } || \
+	  echo "postgres-deps: could not install postgresql; the Postgres sink tests will fail under CI=true and be skipped elsewhere"; \
+	else \
+	  echo "postgres-deps: PostgreSQL is missing and apt-get needs root; the Postgres sink tests will be skipped (they fail under CI=true)"; \
+	fi
+
+test: lint browser-deps postgres-deps ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow, Chromium, PostgreSQL)
 	$(BIN)/pytest
 
 demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite
@@ -48,4 +60,4 @@ demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], 
 clean: ## Remove the venv, caches and demo output
 	rm -rf $(VENV) .demo .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install lint browser-deps test demo clean
+.PHONY: help install lint browser-deps postgres-deps test demo clean

@@ -784,6 +784,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
     except SystemExit as exc:
         return int(exc.code or 0)
+    from spark_jobs.sinks.postgres_conn import environment_resolver, register_connection_resolver
+
+    register_connection_resolver("environment", environment_resolver(os.environ))  # PostgresSink conn_id
     try:
         result: int = args.func(args)
         return result

@@ -3,8 +3,9 @@ scripted channels, and (re-exported from the production modules ``state_store.fa
 ``state_store.clocks``) kill switches and the manual clock.
 
 Only ``tests/``, ``bench/`` and ``spark_jobs/chaos`` import this package (an import-linter contract).
-A real S3 server for tests lives in ``state_store.testing.seaweedfs`` (``SeaweedFSServer``); it is
-not imported here so the kit stays light.
+A real S3 server for tests lives in ``state_store.testing.seaweedfs`` (``SeaweedFSServer``), a real
+PostgreSQL server in ``state_store.testing.postgres`` (``PostgresServer``); they are not imported
+here so the kit stays light.
 """
 
 from state_store.clocks import ManualClock

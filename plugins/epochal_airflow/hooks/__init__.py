@@ -1,3 +1,4 @@
+from epochal_airflow.hooks import postgres  # registers the PostgresSink's conn_id resolver
 from epochal_airflow.hooks.store import EpochalStoreHook
 
-__all__ = ["EpochalStoreHook"]
+__all__ = ["EpochalStoreHook", "postgres"]
