@@ -284,7 +284,15 @@ class _Planned:
 
 def _plan(keyed: KeyedStateSnapshot, kg: int, previous: RestoredKeyGroup | None) -> _Planned:
     """A delta of the changed and deleted entries when the chain is short and the delta small;
-    else the whole key group (always for a columnar operator: its state turns over)."""
+    else the whole key group (always for a columnar operator, unless it gives its delta itself:
+    ``KeyedStateSnapshot.entry_deltas``)."""
+    given = keyed.entry_deltas.get(kg)
+    if previous is not None and given is not None and len(previous.chain.deltas) < MAX_DELTA_CHAIN:
+        changes = sum(len(rows) for rows in given.rows.values()) + len(given.deleted)
+        if changes <= MAX_DELTA_FRACTION * max(given.size, 1):  # the operator's own delta
+            tombstones = [[n, key_to_jsonable(key), key_to_jsonable(ns)] for n, key, ns in given.deleted]
+            written = {name: r for name, r in given.rows.items() if len(r)}
+            return _Planned(kg, written or None, previous.chain, tombstones)  # type: ignore[arg-type]
     if (
         previous is not None
         and not _is_columnar(keyed, kg)

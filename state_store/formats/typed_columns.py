@@ -28,8 +28,9 @@ Schema metadata: that of version 1 with ``epochal.format_version`` = 3, ``epocha
 Invariants: the decision depends only on the rows (a ``TypedRows`` and the tuple rows it stands for
 give the same bytes: heap and columnar operators write identical files); decoding yields exactly the
 rows that were encoded (floats bit for bit, -0.0 and NaN included), as ``TypedRows`` for a caller
-that asks for them when every namespace is an int, the values are lists and nothing expires, else
-as tuples of rows.
+that asks for them when every namespace is an int, the values are lists and nothing expires, as
+``FlagRows`` for such a caller when every row is ``(key, None, True, expiry)`` (deduplication's
+flags), else as tuples of rows.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
 from state_store.formats.int_columns import SINGLE_VALUE, key_group_runs, single_state_runs
 from state_store.formats.int_rows import IntRows
-from state_store.formats.typed_rows import TypedRows, key_list
+from state_store.formats.typed_rows import FlagRows, TypedRows, key_list
 
 TYPED_LAYOUT = "typed"
 TYPED_FORMAT_VERSION = 3
@@ -128,6 +129,16 @@ class _Run:
 
 
 def _run(rows: Sequence[StateRow]) -> _Run | None:
+    if isinstance(rows, FlagRows):  # (key, None, True, expiry): what the tuple rows give, as arrays
+        n = len(rows)
+        return _Run(
+            rows.keys,
+            np.zeros(n, np.int64),
+            np.zeros(n, np.bool_),
+            [np.ones(n, np.bool_)],
+            True,
+            pa.array(rows.expiry),
+        )
     if isinstance(rows, TypedRows):
         return _Run(rows.keys, rows.namespaces, None, rows.slots)
     if isinstance(rows, IntRows):
@@ -215,8 +226,20 @@ def from_typed_table(
     namespaces = ns_col.to_numpy() if ns_col.null_count == 0 else None
     slots = [f.to_numpy(zero_copy_only=False) for f in fields]
     out: dict[int, dict[str, Any]] = {}
+    flags = (
+        typed_rows
+        and scalar
+        and value_type == pa.bool_()
+        and ns_col.null_count == len(ns_col)
+        and expiry_col.null_count == 0
+        and bool(np.all(slots[0]))
+    )
+    expiry_values = expiry_col.to_numpy() if flags else None
     for kg, a, b in runs:
         run_keys = keys.slice(a, b - a) if isinstance(keys, pa.Array) else keys[a:b]
+        if expiry_values is not None:
+            out[kg] = {name: FlagRows(run_keys, expiry_values[a:b])}
+            continue
         if typed_rows and namespaces is not None and not scalar and expiry_col.null_count == len(expiry_col):
             out[kg] = {name: TypedRows(run_keys, namespaces[a:b], [s[a:b] for s in slots])}
             continue

@@ -91,3 +91,53 @@ class TypedRows(RowColumns):
 
     def __repr__(self) -> str:
         return f"TypedRows({len(self)} rows, slots {[s.dtype.name for s in self.slots]})"
+
+
+class FlagRows(RowColumns):
+    """Rows ``StateRow(keys[i], None, True, int(expiry[i]))``: deduplication's ``seen`` flags (a
+    value state of ``True`` with a TTL, no namespace) as columns, so a columnar deduplication
+    snapshots and restores them without a Python object per key. The typed layout (format version
+    3) writes them exactly as it writes the same tuple rows.
+
+    Invariant: the arrays are never written to after construction."""
+
+    __slots__ = ("expiry", "keys")
+
+    def __init__(self, keys: Keys, expiry: NDArray[np.int64]) -> None:
+        n = len(keys)
+        if isinstance(keys, pa.Array):
+            if keys.type != pa.string() or keys.null_count:
+                raise ValueError(f"FlagRows keys must be non-null strings or int64, got {keys.type}")
+        elif keys.ndim != 1 or keys.dtype != np.int64:
+            raise ValueError(f"FlagRows keys must be non-null strings or int64, got {keys.dtype}")
+        if expiry.shape != (n,) or expiry.dtype != np.int64:
+            raise ValueError(f"FlagRows needs one int64 expiry per key, got {expiry.shape} {expiry.dtype}")
+        self.keys = keys
+        self.expiry = expiry
+
+    def __len__(self) -> int:
+        return len(self.expiry)
+
+    @overload
+    def __getitem__(self, index: int) -> StateRow: ...
+    @overload
+    def __getitem__(self, index: slice) -> FlagRows: ...
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            lo, hi, step = index.indices(len(self))
+            if step != 1:
+                raise ValueError("FlagRows slices take contiguous rows only")
+            keys = self.keys.slice(lo, hi - lo) if isinstance(self.keys, pa.Array) else self.keys[lo:hi]
+            return FlagRows(keys, self.expiry[lo:hi])
+        if index < 0:
+            index += len(self)
+        key = self.keys[index].as_py() if isinstance(self.keys, pa.Array) else int(self.keys[index])
+        return _new_row(StateRow, (key, None, True, int(self.expiry[index])))
+
+    def __iter__(self) -> Iterator[StateRow]:
+        n = len(self)
+        rows = zip(key_list(self.keys), [None] * n, [True] * n, self.expiry.tolist())
+        return (_new_row(StateRow, row) for row in rows)
+
+    def __repr__(self) -> str:
+        return f"FlagRows({len(self)} rows)"

@@ -222,6 +222,23 @@ class SessionColumns:
         )
         return joined, np.logical_or.reduceat(fresh, first)
 
+    def touching(self, keys: Any, start: NDArray[np.int64], end: NDArray[np.int64]) -> NDArray[np.bool_]:
+        """Whether each ``[start[i], end[i])`` of ``keys[i]`` overlaps or touches an open session of
+        its key (a string key's hash twin counts too: the merge then refuses the collision)."""
+        out = np.zeros(len(start), dtype=np.bool_)
+        rows = self.rows
+        if rows is None or not len(rows) or not len(start):
+            return out
+        index = wc.HASH_FUNCTION(keys) if isinstance(keys, pa.Array) else np.asarray(keys, dtype=np.int64)
+        mine = rows.take(np.isin(rows.index, index))
+        order = np.lexsort((mine.start, mine.index))
+        at, starts, ends = mine.index[order], mine.start[order], mine.end[order]
+        lo, hi = np.searchsorted(at, index, "left"), np.searchsorted(at, index, "right")
+        for i in np.flatnonzero(hi > lo).tolist():  # open sessions of a key are disjoint, by start
+            j = int(lo[i]) + int(np.searchsorted(starts[lo[i] : hi[i]], end[i], "right")) - 1
+            out[i] = j >= lo[i] and ends[j] >= start[i]
+        return out
+
     def fire(self, watermark: int) -> Sessions | None:
         """Remove and return every session with ``end - 1 <= watermark``, or None."""
         if self.rows is None or not len(self.rows):

@@ -51,7 +51,7 @@ from spark_jobs.runtime.operators import decimals
 from spark_jobs.runtime.operators.base import OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.operators.session_columns import SessionColumns, Sessions
-from spark_jobs.runtime.operators.window_columns import Refused, WindowColumns
+from spark_jobs.runtime.operators.window_columns import Refused, WindowColumns, unfit_keys
 from state_store.core.errors import BadInputError
 from state_store.core.state import KeyedStateSnapshot, StateKind, ValueStateDescriptor
 from state_store.core.stream import MIN_TIMESTAMP
@@ -125,6 +125,8 @@ class WindowOperator(KeyedOperator):
         """Indexed mode: every window with ``end - 1 <= _fired_through`` has fired (the largest
         watermark this operator, or the checkpoint it restored, processed). Part of its state."""
         self._results: list[tuple[Any, int, int, list[Any]]] = []
+        self._key_type: Any = None
+        """uint64 when the last chunk's keys were (None: the output infers the type from the keys)."""
         self.late_records = 0
         self.columnar_restore = (
             COLUMNAR
@@ -321,6 +323,8 @@ class WindowOperator(KeyedOperator):
 
     def process_watermark(self, timestamp: int) -> None:
         self.timers.advance_watermark(timestamp)
+        if self.session:  # the late boundary after a restore, in either session mode
+            self._fired_through = max(self._fired_through, timestamp)
         if self.session_indexed:
             self._fire_sessions(timestamp)
         elif self.cols is not None:
@@ -443,8 +447,8 @@ class WindowOperator(KeyedOperator):
             extra["decimal_scales"] = dict(sorted(self._scales.items()))
         if self.indexed or self.session_indexed:
             extra["window_mode"] = INDEXED_MODE  # restores stay in this mode (restore_keyed)
-            if self._fired_through > MIN_TIMESTAMP:
-                extra["fired_through"] = self._fired_through
+        if (self.indexed or self.session) and self._fired_through > MIN_TIMESTAMP:
+            extra["fired_through"] = self._fired_through
         return extra
 
     def restore_extra(self, extra: dict[str, Any]) -> None:
@@ -457,10 +461,13 @@ class WindowOperator(KeyedOperator):
                 self._scales.setdefault(column, int(scale))
             if "fired_through" in part:
                 fired.append(int(part["fired_through"]))
-        if fired and (self.indexed or self.session_indexed):
+        if fired and (self.indexed or self.session):
             self._fired_through = min(fired)
 
     def process_batch(self, batch: pa.RecordBatch) -> None:
+        if isinstance(self.key, str):  # heap output of uint64 keys beyond int64 (else inferred)
+            kind = batch.schema.field(self.key).type
+            self._key_type = kind if pa.types.is_uint64(kind) else None
         if self._scales or any(decimals.is_decimal(t) for t in batch.schema.types):
             batch = self._unscaled(batch)
         if self.session_indexed:
@@ -598,8 +605,9 @@ class WindowOperator(KeyedOperator):
     def _unfit_for_columns(self, batch: pa.RecordBatch, keys: pa.Array) -> str | None:
         """Why the columns cannot take ``batch`` (keys that are not non-null ints or strings,
         aggregated columns that are not non-null ints, floats or bools), or None."""
-        if not (pa.types.is_integer(keys.type) or pa.types.is_string(keys.type)) or keys.null_count:
-            return f"keys of type {keys.type}{' with nulls' if keys.null_count else ''}"
+        unfit = unfit_keys(keys)
+        if unfit is not None:
+            return unfit
         for agg in self.aggs.aggregates:
             column, _ = agg.arrow
             if column == []:
@@ -623,28 +631,32 @@ class WindowOperator(KeyedOperator):
                 self._fall_back(unfit)
                 self._demote_sessions()
         chunk = self._session_chunk(batch, keys)
+        late = np.zeros(chunk.size, dtype=np.bool_)
         if chunk.size and self.scols is not None:
-            refused = self._merge_session_columns(chunk)
-            if refused is not None:
-                self._fall_back(refused)
+            merged = self._merge_session_columns(chunk)
+            if isinstance(merged, str):
+                self._fall_back(merged)
                 self._demote_sessions()
+            else:
+                late = merged
         if chunk.size and self.scols is None:
-            self._merge_sessions_heap(chunk)
-        if len(chunk.late):
-            self.late_records += len(chunk.late)
-            self.out.side("late", batch.take(pa.array(chunk.late)))
+            late = self._merge_sessions_heap(chunk)
+        if late.any():
+            rows = np.sort(chunk.rows[late[chunk.session_of]])
+            self.late_records += len(rows)
+            self.out.side("late", batch.take(pa.array(rows)))
 
     def _session_chunk(self, batch: pa.RecordBatch, keys: pa.Array) -> SessionChunk:
-        """The chunk's records that are not late, as sessions: per key, in event-time order (ties in
-        record order), a new session wherever a record starts after the previous one's session
-        ended; each with the partial aggregate of its records (Arrow, one thread, in that order)."""
+        """The chunk's records as sessions: per key, in event-time order (ties in record order), a new
+        session wherever a record starts after the previous one's session ended; each with the
+        partial aggregate of its records (Arrow, one thread, in that order). A session that ends at
+        or before the watermark is late unless it joins an open session (the merge decides), as
+        Flink decides lateness on the merged window."""
         gap = self.assigner.gap_ms
         ts = event_times(batch)
-        live = ts + (gap - 1) > self.watermark
-        late = np.flatnonzero(~live)
-        rows = np.flatnonzero(live)
+        rows = np.arange(len(ts))
         if not len(rows):
-            return SessionChunk(late, keys.slice(0, 0), ts[:0], ts[:0], [], False)
+            return SessionChunk(rows, rows, keys.slice(0, 0), ts[:0], ts[:0], [], False, rows == 0)
         times = ts[rows]
         codes = _key_codes(keys.take(pa.array(rows)))
         order = np.lexsort((times, codes))
@@ -665,13 +677,21 @@ class WindowOperator(KeyedOperator):
         grouped = pa.table(columns).group_by("_sid", use_threads=False).aggregate(self.aggs.arrow)
         by_session = pa.array(np.argsort(grouped.column("_sid").to_numpy()))
         partials = [grouped.column(a.partial_column()).take(by_session) for a in self.aggs.aggregates]
+        end = times[last] + gap
         return SessionChunk(
-            late, keys.take(pa.array(rows[first])), times[first], times[last] + gap, partials, wide
+            rows,
+            np.cumsum(boundary) - 1,
+            keys.take(pa.array(rows[first])),
+            times[first],
+            end,
+            partials,
+            wide,
+            end - 1 <= self.watermark,
         )
 
-    def _merge_session_columns(self, chunk: SessionChunk) -> str | None:
-        """Merge the chunk's sessions into the columns, or say why they cannot take them (nothing
-        changed then)."""
+    def _merge_session_columns(self, chunk: SessionChunk) -> str | np.ndarray[Any, Any]:
+        """Merge the chunk's sessions that are not late into the columns and return which are late;
+        or say why the columns cannot take them (nothing changed then)."""
         assert self.scols is not None
         if chunk.wide:
             return "a sum beyond the exact int64 range (2**62)"
@@ -687,20 +707,40 @@ class WindowOperator(KeyedOperator):
         values = (
             keys if pa.types.is_string(keys.type) else keys.to_numpy(zero_copy_only=False).astype(np.int64)
         )
+        late = chunk.candidate.copy()
+        if late.any():
+            at = np.flatnonzero(late)
+            some = values.take(pa.array(at)) if isinstance(values, pa.Array) else values[at]
+            late[at] = ~self.scols.touching(some, chunk.start[at], chunk.end[at])
+        keep = np.flatnonzero(~late)
+        if len(keep) < chunk.size:
+            values = values.take(pa.array(keep)) if isinstance(values, pa.Array) else values[keep]
+            kgs, slots = kgs[keep], [s[keep] for s in slots]
         try:
-            self.scols.merge(values, kgs, chunk.start, chunk.end, slots)  # type: ignore[arg-type]
+            self.scols.merge(values, kgs, chunk.start[keep], chunk.end[keep], slots)  # type: ignore[arg-type]
         except Refused as refused:
             return str(refused)
-        return None
+        return late
 
-    def _merge_sessions_heap(self, chunk: SessionChunk) -> None:
-        """``SessionColumns.merge`` on the heap backend: each chunk session (in start order per key)
-        joins the open sessions of its key it overlaps or touches, folding the pieces by (start, open
-        before new)."""
+    def _merge_sessions_heap(self, chunk: SessionChunk) -> np.ndarray[Any, Any]:
+        """``_merge_session_columns`` on the heap backend: each chunk session (in start order per
+        key) joins the open sessions of its key it overlaps or touches, folding the pieces by
+        (start, open before new); a late one that touches none is left out. Returns which are late."""
         handle = self.backend.get_state(self.session_state)
         partials = [_pylist(c) for c in chunk.partials]
         starts, ends = chunk.start.tolist(), chunk.end.tolist()
-        for i, key in enumerate(chunk.keys.to_pylist()):
+        keys = chunk.keys.to_pylist()
+        late = chunk.candidate.copy()
+        for i in np.flatnonzero(late).tolist():  # against the open sessions before this chunk
+            self.backend.set_current_key(keys[i])
+            for start in self._session_starts.get(keys[i], []):
+                self.backend.set_current_namespace(start)
+                value = handle.value()
+                if value is not None and start <= ends[i] and starts[i] <= value[0]:
+                    late[i] = False
+                    break
+        for i in np.flatnonzero(~late).tolist():
+            key = keys[i]
             low, high = starts[i], ends[i]
             self.backend.set_current_key(key)
             pieces: list[tuple[int, int, list[Any]]] = [(low, 1, [col[i] for col in partials])]
@@ -723,6 +763,7 @@ class WindowOperator(KeyedOperator):
             handle.update([high, *acc])
             self._session_starts[key] = sorted([*kept, low])
             heapq.heappush(self._session_due, (high - 1, next(self._sequence), key, low))
+        return late
 
     def _fire_sessions(self, watermark: int) -> None:
         """Emit and drop every session with ``end - 1 <= watermark``."""
@@ -802,10 +843,6 @@ class WindowOperator(KeyedOperator):
         handle = self.backend.get_state(self.sessions)
         for i in np.argsort(ts, kind="stable"):
             t, key = int(ts[i]), keys[i]
-            if t + gap - 1 + self.lateness <= self.watermark:
-                self.late_records += 1
-                self.out.side("late", batch.slice(int(i), 1))
-                continue
             partial = [
                 a.record_partial(None if a.arrow[0] == [] else inputs[a.arrow[0]][i])
                 for a in self.aggs.aggregates
@@ -813,13 +850,19 @@ class WindowOperator(KeyedOperator):
             self.backend.set_current_key(key)
             sessions = handle.value() or []
             start, end, acc = t, t + gap, self.aggs.merge(self.aggs.zero(), partial)
-            kept = []
+            kept, joined = [], []
             for s, e, a in sessions:
                 if s <= end and start <= e:  # overlapping or touching: merge (Flink's TimeWindow.intersects)
-                    self.timers.delete_event_time_timer(key, s, e - 1)
+                    joined.append((s, e))
                     start, end, acc = min(s, start), max(e, end), self.aggs.merge(a, acc)
                 else:
                     kept.append([s, e, a])
+            if end - 1 + self.lateness <= self.watermark:  # Flink: lateness of the merged window
+                self.late_records += 1
+                self.out.side("late", batch.slice(int(i), 1))
+                continue
+            for s, e in joined:
+                self.timers.delete_event_time_timer(key, s, e - 1)
             kept.append([start, end, acc])
             handle.update(sorted(kept))
             self.timers.register_event_time_timer(key, start, end - 1)
@@ -856,7 +899,7 @@ class WindowOperator(KeyedOperator):
         rows = self._results
         self._results = []
         columns: dict[str, Any] = {
-            self.key_name: [r[0] for r in rows],
+            self.key_name: pa.array([r[0] for r in rows], self._key_type),
             "window_start": pa.array([r[1] for r in rows], pa.int64()),
             "window_end": pa.array([r[2] for r in rows], pa.int64()),
         }
@@ -881,16 +924,20 @@ _REPORTED: set[tuple[str | None, str]] = set()
 
 @dataclass(frozen=True)
 class SessionChunk:
-    """A chunk as sessions (``WindowOperator._session_chunk``): the late rows' positions, and per
-    chunk session (by key, then start) its key, ``[start, end)`` and partial aggregates; ``wide``
-    when an int column was summed as decimals (a sum that could leave int64)."""
+    """A chunk as sessions (``WindowOperator._session_chunk``): its rows (positions, in session
+    order) with the session of each, and per chunk session (by key, then start) its key, ``[start,
+    end)`` and partial aggregates; ``wide`` when an int column was summed as decimals (a sum that
+    could leave int64); ``candidate`` where the session ends at or before the watermark (late unless
+    it joins an open session)."""
 
-    late: np.ndarray[Any, Any]
+    rows: np.ndarray[Any, Any]
+    session_of: np.ndarray[Any, Any]
     keys: pa.Array
     start: np.ndarray[Any, Any]
     end: np.ndarray[Any, Any]
     partials: list[Any]
     wide: bool
+    candidate: np.ndarray[Any, Any]
 
     @property
     def size(self) -> int:

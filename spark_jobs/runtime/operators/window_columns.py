@@ -91,6 +91,16 @@ HASH_FUNCTION: Callable[[pa.Array], NDArray[np.int64]] = hash_keys
 """The string-key hash; tests swap in a weak one to force collisions."""
 
 
+def unfit_keys(keys: pa.Array) -> str | None:
+    """Why the columns cannot hold ``keys`` (not non-null ints or strings, or unsigned ints beyond
+    int64, which an int64 index would wrap), or None."""
+    if not (pa.types.is_integer(keys.type) or pa.types.is_string(keys.type)) or keys.null_count:
+        return f"keys of type {keys.type}{' with nulls' if keys.null_count else ''}"
+    if pa.types.is_uint64(keys.type) and len(keys) and pc.max(keys).as_py() >= 1 << 63:
+        return "keys of type uint64 beyond int64"
+    return None
+
+
 class Refused(ValueError):
     """The columns cannot take a chunk exactly; the message says why (for the fallback report)."""
 

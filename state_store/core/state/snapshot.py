@@ -70,6 +70,17 @@ class RowColumns(Sequence[StateRow]):
 KeyGroupStates = Mapping[str, tuple[StateRow, ...]]
 
 
+@dataclass(frozen=True)
+class EntryDelta:
+    """A key group's change since the base checkpoint: ``rows`` per state (the new and changed
+    entries), ``deleted`` (state, key, namespace) of the entries gone, and ``size``: how many entries
+    the key group holds now."""
+
+    rows: Mapping[str, Sequence[StateRow]]
+    deleted: tuple[tuple[str, Any, Any], ...]
+    size: int
+
+
 @dataclass(frozen=True, slots=True)
 class KeyedStateSnapshot:
     """Keyed state of one subtask (or a part of it: some key groups), frozen. See module docstring."""
@@ -81,6 +92,10 @@ class KeyedStateSnapshot:
     changed_key_groups: frozenset[int] = field(default_factory=frozenset)
     checkpoint_id: int | None = None
     base_checkpoint_id: int | None = None
+    entry_deltas: Mapping[int, EntryDelta] = field(default_factory=dict)
+    """Optional, from a columnar operator that knows them: per changed key group, its entries that
+    are new or changed since ``base_checkpoint_id`` and those deleted (an incremental writer may
+    store these instead of the whole key group; without them it compares entries itself)."""
 
     def __post_init__(self) -> None:
         check_max_parallelism(self.max_parallelism)

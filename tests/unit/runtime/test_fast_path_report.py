@@ -18,6 +18,7 @@ from state_store.clocks import ManualClock
 from state_store.core import JobLayout, documents
 from state_store.core.manifests import CompletedMetadata
 from state_store.storage import open_store
+from tests.unit.runtime.support import Collect
 from tests.unit.runtime.test_window_columns import STEP, window_job
 
 FLOATS = {"on": False}
@@ -113,7 +114,7 @@ def test_session_windows_run_on_the_columns(tmp_path: Path, caplog: pytest.LogCa
     assert "slow path" not in caplog.text
 
 
-def test_deduplication_says_it_has_no_columnar_path(
+def test_deduplication_says_when_it_leaves_the_columns(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     from spark_jobs.runtime.operators import dedup
@@ -122,8 +123,12 @@ def test_deduplication_says_it_has_no_columnar_path(
 
     monkeypatch.setattr(dedup, "_REPORTED", set())
     with caplog.at_level(logging.WARNING, logger=dedup.__name__):
-        for _ in range(2):
+        for keys in ([1, 2, 2], [1.5, 2.5]):
             op = dedup.DeduplicateOperator("dedup", "k", 1_000)
+            op.output = Collect()
             op.open(OperatorContext("job", 0, 1, 8, KeyGroupRange(0, 7), 0, 1), None)
-    assert op.metrics()["heap_fallback"] == dedup.HEAP_ONLY
-    assert caplog.text.count("heap backend") == 1
+            op.process_batch(pa.record_batch({"k": keys}))
+            op.process_batch(pa.record_batch({"k": keys}))
+        assert op.metrics()["heap_fallback"] == "keys of type double"
+        assert op.metrics()["duplicates_dropped"] == 2 and op.cols is None
+    assert caplog.text.count("heap backend") == 1  # the int keys stayed on the columns
