@@ -224,6 +224,7 @@ def import_snapshot(
             # if the restore dies in between (``finish_restore``)
             follow_up=RestoreFollowUp(
                 retract_after=retract_after,
+                rewound_to=snapshot.checkpoint_id if snapshot.job_id == job.job_id else None,
                 pin=snapshot.checkpoint_id
                 if snapshot.kind == "checkpoint" and request.claim_mode == "NO_CLAIM"
                 else None,
@@ -273,6 +274,10 @@ def finish_restore(job: Job, store: ObjectStore, coordinator: Any) -> bool:
         if isinstance(retract_after, int):
             reason = f"restore into checkpoint {n} resumed from checkpoint {retract_after}"
             sink.retract_after(retract_after, record.generation, reason, before=n)
+        elif isinstance(follow_up.rewound_to, int) and getattr(spec, "on_rewind", "keep") == "overwrite":
+            # the sink's documented policy: the rewound run's output after the restored cut goes
+            reason = f"restore into checkpoint {n} rewound to checkpoint {follow_up.rewound_to}"
+            sink.retract_after(follow_up.rewound_to, record.generation, reason, before=n)
     pinned = follow_up.pin
     if isinstance(pinned, int):
         pin(store, job.job_id, pinned, f"restored NO_CLAIM into checkpoint {n}")
@@ -383,7 +388,10 @@ def _refuse_retracted_lineage(job: Job, store: ObjectStore, checkpoint_id: int) 
         for c in lineage(store, layout, load_completed(store, layout, checkpoint_id), 10**9, False)
     }
     for uid, spec in sink_specs(job).items():
-        retracted = sorted(ids & spec.create(store, job.job_id, uid).log.retracted_ids())
+        sink = spec.create(store, job.job_id, uid)
+        retracted = sorted(
+            ids & getattr(sink, "retracted_ids", frozenset)()
+        )  # sinks that never retract: none
         if retracted:
             raise SnapshotError(
                 f"the output of checkpoint(s) {retracted} (checkpoint {checkpoint_id} and the ones it "

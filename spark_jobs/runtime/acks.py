@@ -123,11 +123,13 @@ class SinkAck:
     txn: PreCommittedTxn
     alignment_ms: float | None
     channel_state: ChannelStateRef | None = None
+    in_job_store: bool = True
+    """The txn's files are job-store keys (``TransactionalSink.stages_in_job_store``): listed as the
+    ack's handles so completion verifies them; else (a Delta table's files) the sink verifies them."""
 
     def record(self, site: AckSite) -> AckRecord:
-        handles, snapshot = _with_channel_state(
-            tuple(self.txn.files), sink_snapshot([self.txn]), self.channel_state
-        )
+        files = tuple(self.txn.files) if self.in_job_store else ()
+        handles, snapshot = _with_channel_state(files, sink_snapshot([self.txn]), self.channel_state)
         metrics = {"rows": self.txn.rows, **_alignment(self.alignment_ms)}
         return site.record(self.uid, handles, metrics, snapshot)
 

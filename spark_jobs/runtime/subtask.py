@@ -291,7 +291,13 @@ class SubtaskRunner:
             self.responder.acknowledge(ack.record(self.site))
             summaries.append(ack.summary(self.subtask))
         for uid, txn in self.sinks.pre_committed.items():
-            sink_ack = SinkAck(uid, txn, self.alignment_ms, channel_state if uid == anchor else None)
+            sink_ack = SinkAck(
+                uid,
+                txn,
+                self.alignment_ms,
+                channel_state if uid == anchor else None,
+                in_job_store=self.sinks.sinks[uid].stages_in_job_store,
+            )
             self.responder.acknowledge(sink_ack.record(self.site))
         self.sinks.abort_open()
         summaries.append(

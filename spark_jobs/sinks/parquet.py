@@ -74,6 +74,10 @@ class ParquetTransactionalSink(TransactionalSink[Any]):
         ids = [n for n in self.log.committed_ids() if n > checkpoint_id and (before is None or n < before)]
         return tuple(n for n in ids if self.log.retract(n, generation, reason))
 
+    def retracted_ids(self) -> frozenset[int]:
+        """Checkpoints whose committed output a forced restore withdrew (see ``commit_log``)."""
+        return self.log.retracted_ids()
+
     def fence(self, generation: int) -> None:
         """On restore into ``generation``: refuse older generations' commits from now on.
 

@@ -190,6 +190,10 @@ class PostgresTransactionalSink(TransactionalSink[Any]):
         with self._ledger("reading the commit table") as ledger:
             return ledger.retracted_ids()
 
+    def retracted_ids(self) -> frozenset[int]:
+        """``retracted_checkpoint_ids``, under the name the restore checks every sink by."""
+        return self.retracted_checkpoint_ids()
+
     def retract_after(
         self, checkpoint_id: int, generation: int, reason: str, *, before: int | None = None
     ) -> tuple[int, ...]:

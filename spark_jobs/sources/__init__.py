@@ -6,6 +6,7 @@ read again from there (seed 003), so reading a range must be deterministic and r
 
 * :class:`ReplayableSource` -- the port; :func:`plan_epoch` fixes an epoch's barrier positions.
 * :class:`FileLogSource` -- NDJSON or Parquet segment files in an ObjectStore (disk, S3, memory).
+* :class:`PrefixSource` -- Parquet, JSON-lines or CSV files others drop under a folder or S3 prefix.
 * :class:`GeneratorSource` -- a deterministic clickstream appearing at a fixed rate.
 * :class:`DeadLetters` -- where malformed records go (they still consume their offsets).
 """
@@ -32,6 +33,7 @@ from spark_jobs.sources.errors import (
 from spark_jobs.sources.file_log import FileLogSource, SegmentFormat
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource, IdleWindow, Timeline
 from spark_jobs.sources.plan import plan_epoch
+from spark_jobs.sources.prefix import CsvOptions, PrefixSource
 from spark_jobs.sources.segments import PartitionIndex, Segment
 
 __all__ = [
@@ -41,6 +43,7 @@ __all__ = [
     "DEFAULT_PAGES",
     "DEFAULT_START_MS",
     "OFFSET_COLUMN",
+    "CsvOptions",
     "DeadLetter",
     "DeadLetterReason",
     "DeadLetters",
@@ -51,6 +54,7 @@ __all__ = [
     "MalformedRecordError",
     "OffsetOutOfRangeError",
     "PartitionIndex",
+    "PrefixSource",
     "ReplayableSource",
     "Segment",
     "SegmentExistsError",

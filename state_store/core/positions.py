@@ -28,10 +28,13 @@ _KNOWN = ("ranges", "base", "restored_from", "restore_follow_up")
 @dataclass(frozen=True, slots=True)
 class RestoreFollowUp:
     """A restore's steps after its commit: retract sink output committed after ``retract_after``
-    (a forced restore past a damaged head), pin checkpoint ``pin`` (a NO_CLAIM restore)."""
+    (a forced restore past a damaged head), pin checkpoint ``pin`` (a NO_CLAIM restore), and let
+    the sinks whose policy asks for it (``on_rewind="overwrite"``) withdraw their output committed
+    after ``rewound_to`` -- the checkpoint of this job whose cut the restored snapshot holds."""
 
     retract_after: int | None = None
     pin: int | None = None
+    rewound_to: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +65,11 @@ class BarrierPositions:
             out["restored_from"] = self.restored_from
         if self.follow_up is not None:
             follow = self.follow_up
-            out["restore_follow_up"] = {"retract_after": follow.retract_after, "pin": follow.pin}
+            out["restore_follow_up"] = {
+                "retract_after": follow.retract_after,
+                "pin": follow.pin,
+                "rewound_to": follow.rewound_to,
+            }
         return out
 
     @classmethod
@@ -84,7 +91,8 @@ class BarrierPositions:
         follow_up = None
         if isinstance(follow, Mapping):
             retract, pin = follow.get("retract_after"), follow.get("pin")
-            follow_up = RestoreFollowUp(_int_or_none(retract), _int_or_none(pin))
+            rewound = _int_or_none(follow.get("rewound_to"))
+            follow_up = RestoreFollowUp(_int_or_none(retract), _int_or_none(pin), rewound)
         return cls(
             ranges,
             int(base) if base is not None else None,

@@ -39,6 +39,7 @@ from __future__ import annotations
 import abc
 import enum
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -189,6 +190,11 @@ class TransactionalSink(abc.ABC, Generic[B]):
     idempotent (``_commit_checkpoint``, ``_discard``) since every step may be retried.
     """
 
+    stages_in_job_store: bool = True
+    """Whether the files of this sink's records are keys of the job's ObjectStore. The runtime then
+    lists them in the sink's ack, so completion and restore verify them like state files; a sink
+    that stages elsewhere (a Delta table's own folder) sets False and verifies them at commit."""
+
     def __init__(self, uid: str) -> None:
         self.uid = validate_name("sink uid", uid)
         self._live: dict[TxnId, Transaction[B]] = {}
@@ -274,8 +280,10 @@ class TransactionalSink(abc.ABC, Generic[B]):
         return None if live is None else live.state
 
     @abc.abstractmethod
-    def committed_checkpoint_ids(self) -> frozenset[int]:
-        """Ids of the checkpoints whose transactions are committed (visible)."""
+    def committed_checkpoint_ids(self) -> AbstractSet[int]:
+        """Ids of the checkpoints whose transactions are committed (visible). Callers only test
+        membership (and may iterate): a sink may answer with a set view (``range``-backed) instead
+        of materializing every id a long-running job ever committed."""
 
     # -- hooks -----------------------------------------------------------------------------
     @abc.abstractmethod
