@@ -887,8 +887,6 @@ def _phase_row(result: dict[str, Any]) -> list[Any]:
 def _fallback_text(result: dict[str, Any]) -> str:
     if result["heap_fallback"]:
         return "; ".join(result["heap_fallback"])
-    if result["cell"]["window"] == "dedup":
-        return "none reported (the dedup operator keeps a `seen` flag per key in the heap backend)"
     return "none (columnar)"
 
 
