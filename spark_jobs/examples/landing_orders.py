@@ -1,0 +1,102 @@
+"""The second example job (issue 21): orders that another system drops as JSON-lines files into a
+landing zone, revenue per customer per hour, exactly once into a Delta Lake table or a PostgreSQL
+table::
+
+    PrefixSource "orders" (landing/orders/date=YYYY-MM-DD/*.json, one partition per date folder)
+      -> key_by(order_id).deduplicate(ttl 1 day)            uid "dedup"    (redelivered orders)
+      -> key_by(customer).window(tumbling 1 h, count, sum)  uid "revenue"
+      -> DeltaSink merge, or PostgresSink upsert, by (customer, window_start)   uid "revenue-table"
+
+A job has one sink per chain (fan-out is not supported yet): to fill both tables, run the job twice
+under two job ids. ``build_job(landing_uri, store_uri, table)``; ``write_orders`` drops a file the
+way an upstream system would; ``tests/unit/examples/test_landing_orders.py`` runs both variants.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from spark_jobs.api.job import Job
+from spark_jobs.api.sinks import DeltaSink, PostgresSink
+from spark_jobs.api.windows import Aggregates, Count, Sum, TumblingEventTimeWindows
+from spark_jobs.sources import PrefixSource
+
+JOB_ID = "landing-orders"
+HOUR_MS = 3_600_000
+ORDERS = pa.schema(
+    [
+        pa.field("order_id", pa.string(), nullable=False),
+        pa.field("customer", pa.string(), nullable=False),
+        pa.field("amount_cents", pa.int64(), nullable=False),
+        pa.field("event_time", pa.timestamp("ms", tz="UTC"), nullable=False),
+    ]
+)
+
+
+def build_job(
+    landing_uri: str,
+    store_uri: str,
+    table: DeltaSink | PostgresSink,
+    *,
+    job_id: str = JOB_ID,
+    settle_ms: int = 30_000,
+    clock: Any = None,
+) -> Job:
+    """The job; ``store_uri`` is where it keeps checkpoints (and the landing zone's manifest);
+    ``table``: ``delta_table(path)`` or ``postgres_table(table, dsn=...)``."""
+    orders = PrefixSource(
+        "orders",
+        landing_uri,
+        "orders",
+        job_id=job_id,
+        state_store=store_uri,
+        schema=ORDERS,
+        format="jsonl",
+        partitions="folder",
+        settle_ms=settle_ms,
+        **({"clock": clock} if clock is not None else {}),
+    )
+    job = Job(job_id, parallelism=2, max_parallelism=16)
+    (
+        job.source(orders, uid="orders", out_of_orderness_ms=60_000, idleness_ms=HOUR_MS)
+        .key_by("order_id")
+        .deduplicate(ttl_ms=24 * HOUR_MS, uid="dedup")
+        .key_by("customer")
+        .window(
+            TumblingEventTimeWindows(HOUR_MS),
+            Aggregates(Count(name="orders"), Sum("amount_cents", name="revenue_cents")),
+            uid="revenue",
+        )
+        .sink(table, uid="revenue-table")
+    )
+    return job
+
+
+KEY = ("customer", "window_start")
+
+
+def delta_table(path: str, **options: Any) -> DeltaSink:
+    """The revenue table in Delta Lake, upserted by (customer, window_start)."""
+    return DeltaSink(path, mode="merge", unique_key=KEY, **options)
+
+
+def postgres_table(table: str, **connection: Any) -> PostgresSink:
+    """The revenue table in PostgreSQL (``dsn=`` or ``conn_id=``), upserted likewise."""
+    return PostgresSink(table=table, unique_key=KEY, **connection)
+
+
+def write_orders(landing: Path, date: str, name: str, orders: Sequence[dict[str, Any]]) -> Path:
+    """Drop a JSON-lines file of ``orders`` into ``landing/orders/date=<date>/`` (written aside and
+    renamed, as a careful upstream system does)."""
+    folder = landing / "orders" / f"date={date}"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    tmp = folder / f".{name}.tmp"
+    tmp.write_text("".join(json.dumps(order) + "\n" for order in orders))
+    tmp.rename(path)
+    return path
