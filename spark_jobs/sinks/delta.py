@@ -16,18 +16,23 @@ Steps (one subtask of the sink, then the coordinator)::
                                                     actions; merge: a MERGE by unique_key) carrying the app
                                                     transactions and commit info -- **the visibility point**
                                                  4. merge mode: delete the staged inputs
-    abort / recover_and_abort(record)            delete that transaction's staged files (never committed ones)
+    abort / recover_and_abort(record)            delete that transaction's staged files that no commit
+                                                 can still use (``_discard``)
 
 Each step may be retried, in this process or after a crash: the decision in step 1 is read from
 the table's own log, never from a local marker, and a commit racing another commit of the same sink
-fails in delta-rs's conflict checker and is decided again.
+fails in delta-rs's conflict checker and is decided again. So does a commit that finds a staged file
+gone (a racing commit of the same checkpoint merged and deleted it): it reloads the ledger and
+returns "already committed", or, still uncommitted, raises one line naming the file.
 
 Fencing (``fence(g)``, on restore): stored twice, because a fence is a commit and a commit needs a
 table. (1) In the job's store (``<job>/sinks/<uid>/_fences/``, the Parquet sink's documents): it
 exists before the table does, and every committer of the job reads the job store. (2) As the fence
 app transaction in the table (when it exists): atomic with commits -- a zombie's commit racing the
-fence conflicts with it and, decided again, is refused. A commit of a generation below either raises
-:class:`FencedTransactionError` and changes nothing.
+fence conflicts with it and, decided again, is refused. Before the table exists, the commit that
+creates it and the fence meet through create-claims in the job store (``delta_claims``). A commit of
+a generation below either raises :class:`FencedTransactionError` and changes nothing. Invariant:
+after ``fence(g)`` returns, no commit of a generation below g lands in the table.
 
 Rewind (``retract_after``, on a restore to an older checkpoint): ``on_rewind="keep"`` (default)
 leaves the rows the rewound run committed after that checkpoint in the table; the restored run
@@ -50,6 +55,7 @@ from deltalake import Transaction
 from deltalake.exceptions import CommitFailedError, DeltaError
 
 from spark_jobs.sinks.commit_log import CommitLog
+from spark_jobs.sinks.delta_claims import CreateClaims
 from spark_jobs.sinks.delta_ledger import (
     CommitKind,
     LedgerState,
@@ -65,7 +71,7 @@ from spark_jobs.sinks.delta_options import DeltaSinkOptions
 from spark_jobs.sinks.delta_publish import Publisher, SchemaChanged, load, properties
 from spark_jobs.sinks.delta_restore import Restores
 from spark_jobs.sinks.delta_schema import DeltaSchemaMismatch, arrow_of, check_batch, conform, merged
-from spark_jobs.sinks.delta_staging import Stager, belongs_to
+from spark_jobs.sinks.delta_staging import StagedFileMissing, Stager, belongs_to
 from state_store.core.ports import NO_KILL, KillSwitch, ObjectStore
 from state_store.core.twophase import (
     FencedTransactionError,
@@ -103,12 +109,15 @@ class DeltaTransactionalSink(TransactionalSink[Any]):
         storage_options: Mapping[str, str] | None = None,
         kill: KillSwitch = NO_KILL,
         commit_attempts: int = 6,
+        claim_wait_s: float = 30.0,
     ) -> None:
         super().__init__(uid)
         self.options = options
         self.location = DeltaLocation.parse(options.table_uri, storage_options)
         self.ids = SinkAppIds(job_id, uid)
         self.fences = CommitLog(store, job_id, uid)  # the job-store fence documents only
+        self.claims = CreateClaims(store, job_id, uid)  # before the table exists (``delta_claims``)
+        self.claim_wait_s = claim_wait_s
         self.kill = kill
         self.commit_attempts = max(1, commit_attempts)
         self._stager: Stager | None = None
@@ -154,9 +163,11 @@ class DeltaTransactionalSink(TransactionalSink[Any]):
 
     # -- restore side (``delta_restore``) ---------------------------------------------------
     def fence(self, generation: int) -> None:
-        """On restore into ``generation``: refuse older generations' commits from now on. Call it
-        after ``recover_and_commit`` of the restored checkpoint's records (they carry the previous
-        generation and must still be committed). Idempotent."""
+        """On restore into ``generation``: refuse older generations' commits from now on -- once it
+        returns, none lands (it may wait up to ``claim_wait_s`` for a creation of the table an older
+        generation claimed: ``delta_claims``). Call it after ``recover_and_commit`` of the restored
+        checkpoint's records (they carry the previous generation and must still be committed).
+        Idempotent."""
         self.restores().fence(generation)
 
     def retract_after(
@@ -174,7 +185,14 @@ class DeltaTransactionalSink(TransactionalSink[Any]):
 
     def restores(self) -> Restores:
         return Restores(
-            self.location, self.ids, self.fences, self.options.on_rewind, self.publisher, self.commit_attempts
+            self.location,
+            self.ids,
+            self.fences,
+            self.options.on_rewind,
+            self.publisher,
+            self.commit_attempts,
+            self.claims,
+            self.claim_wait_s,
         )
 
     # -- hooks -----------------------------------------------------------------------------
@@ -252,38 +270,18 @@ class DeltaTransactionalSink(TransactionalSink[Any]):
         digest = digest_of(records)
         for attempt in range(self.commit_attempts):
             table, state = self.ledger()
-            newest = self.newest_generation(state)
-            if state.is_committed(position):
-                if any(r.files for r in records):  # an empty checkpoint may have left no commit
-                    verify_committed(table, self.ids, position, digest, newest, self.name)
-                self._cleanup(records)
+            if self._decided(table, state, position, digest, records):
                 return False
-            if position.generation < newest:
-                raise FencedTransactionError(
-                    f"sink {self.uid}: refusing to commit {position} into Delta table {self.name}: "
-                    f"generation {newest} already committed or fenced it (a zombie of an earlier run); "
-                    "its staged files are removed by abort, or by VACUUM"
-                )
             self.location.check_commit_safety()
-            files = self.stager.inspect([h for r in records for h in r.files], checkpoint_id)
-            rows = sum(r.rows for r in records)
-            info = SinkCommitInfo(
-                CommitKind.DATA,
-                self.ids.job_id,
-                self.uid,
-                position.generation,
-                checkpoint_id,
-                rows,
-                len(files),
-                digest,
-            )
-            txns = [
-                Transaction(self.ids.commits, position.version),
-                Transaction(self.ids.fence, position.generation),
-            ]
-            self.kill(BEFORE_DELTA_COMMIT, checkpoint_id)
             try:
-                recorded = self.publisher().data(table, files, properties(info, txns), checkpoint_id)
+                recorded = self._publish(table, position, digest, records)
+            except StagedFileMissing:
+                # a racing commit of this checkpoint may have merged and deleted the staged inputs
+                # after our decision: decide again on the table as it is now
+                table, state = self.ledger()
+                if self._decided(table, state, position, digest, records):
+                    return False
+                raise  # still uncommitted: one line naming the file and the checkpoint
             except _RETRYABLE as exc:
                 if attempt + 1 == self.commit_attempts:
                     raise SinkCommitError(
@@ -296,6 +294,73 @@ class DeltaTransactionalSink(TransactionalSink[Any]):
             self._cleanup(records)
             return recorded
         raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _decided(
+        self,
+        table: Any,
+        state: LedgerState,
+        position: LineagePosition,
+        digest: str,
+        records: Sequence[PreCommittedTxn],
+    ) -> bool:
+        """Step 1 of a commit: True if ``position`` is committed already (verified to be these
+        records); FencedTransactionError if a newer generation fenced it; False: commit it."""
+        newest = self.newest_generation(state)
+        if state.is_committed(position):
+            if any(r.files for r in records):  # an empty checkpoint may have left no commit
+                verify_committed(table, self.ids, position, digest, newest, self.name)
+            self._cleanup(records)
+            return True
+        if position.generation < newest:
+            raise self._fenced(position, newest)
+        return False
+
+    def _publish(
+        self, table: Any, position: LineagePosition, digest: str, records: Sequence[PreCommittedTxn]
+    ) -> bool:
+        """Steps 2-3 of a commit: verify the staged files, then the one Delta commit. A commit that
+        creates the table first claims the creation and reads the fences again (``delta_claims``)."""
+        checkpoint_id = position.checkpoint_id
+        files = self.stager.inspect([h for r in records for h in r.files], checkpoint_id)
+        info = SinkCommitInfo(
+            CommitKind.DATA,
+            self.ids.job_id,
+            self.uid,
+            position.generation,
+            checkpoint_id,
+            sum(r.rows for r in records),
+            len(files),
+            digest,
+        )
+        txns = [
+            Transaction(self.ids.commits, position.version),
+            Transaction(self.ids.fence, position.generation),
+        ]
+        self.kill(BEFORE_DELTA_COMMIT, checkpoint_id)
+        claimed: list[str] = []
+
+        def claim_creation(schema: Any) -> None:
+            claimed.append(
+                self.claims.claim(
+                    position.generation, checkpoint_id, schema.to_json(), self.options.partition_by
+                )
+            )
+            newest = self.fences.newest_generation()  # read after the claim is written
+            if position.generation < newest:
+                raise self._fenced(position, newest)
+
+        try:
+            return self.publisher().data(table, files, properties(info, txns), checkpoint_id, claim_creation)
+        finally:
+            for key in claimed:
+                self.claims.release(key)
+
+    def _fenced(self, position: LineagePosition, newest: int) -> FencedTransactionError:
+        return FencedTransactionError(
+            f"sink {self.uid}: refusing to commit {position} into Delta table {self.name}: "
+            f"generation {newest} already committed or fenced it (a zombie of an earlier run); "
+            "its staged files are removed by abort, or by VACUUM"
+        )
 
     def _check_records(self, checkpoint_id: int, records: Sequence[PreCommittedTxn]) -> None:
         if not records:
@@ -310,13 +375,46 @@ class DeltaTransactionalSink(TransactionalSink[Any]):
             self.stager.delete([h.key for r in records for h in r.files])
 
     def _discard(self, txn_id: TxnId, keys: Sequence[str]) -> None:
-        """Delete the staged files of ``txn_id``; in append mode none once its checkpoint of its
-        generation is committed (a committed file stays for time travel; VACUUM decides)."""
+        """Delete the staged files of ``txn_id`` that no commit can still use.
+
+        Invariant: abort never deletes a file that a commit lists or may still list. Who may delete:
+
+        * the owner of a live transaction that never produced a record (open, or failed before its
+          pre-commit returned): nobody else knows its files;
+        * the owner of a live pre-committed transaction (its checkpoint will not complete: the
+          owner aborts it instead of committing it) -- except, in append mode, once its
+          checkpoint of its generation is committed (a committed file stays for time travel);
+        * another process, from a record (``recover_and_abort``), only if that record's commit can
+          never land: its generation is below the fence -- which this call first settles
+          (``fence(newest)``, idempotent: after it no commit of an older generation lands) -- and,
+          in append mode, its checkpoint is not committed; or, in merge mode, its checkpoint is
+          committed (the merge read its inputs before committing). A record of the newest
+          generation whose checkpoint is not committed may be being committed right now (a
+          verified file deleted under a running commit would be listed by a table version without
+          its data), so its files are kept: invisible to readers, removed by an abort after the
+          next fence, or by a VACUUM that removes untracked files (delta-rs: ``full=True``)."""
         mine = [k for k in keys if belongs_to(k, txn_id)]
         if not mine:
             return
-        if self.options.mode == "append":
-            _, state = self.ledger()
-            if state.is_committed(LineagePosition(txn_id.generation, txn_id.checkpoint_id)):
+        live = self._live.get(txn_id)  # twophase.abort calls this before it forgets the txn
+        if live is not None and live.record is None:
+            self.stager.delete(mine)
+            return
+        position = LineagePosition(txn_id.generation, txn_id.checkpoint_id)
+        _, state = self.ledger()
+        if live is None:
+            newest = self.newest_generation(state)
+            if position.generation < newest:
+                self.fence(newest)
+                _, state = self.ledger()
+            elif not state.is_committed(position):
+                log.info(
+                    "Delta table %s: staged files of %s kept: its checkpoint may still be committed "
+                    "(abort it after the next fence, or let VACUUM remove them)",
+                    self.name,
+                    txn_id,
+                )
                 return
+        if self.options.mode == "append" and state.is_committed(position):
+            return
         self.stager.delete(mine)

@@ -11,12 +11,13 @@ snapshot, so the data commit never rests on a decision older than the snapshot i
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from deltalake import CommitProperties, DeltaTable, Transaction, write_deltalake
+from deltalake import Schema as DeltaSchema
 from deltalake.transaction import create_table_with_add_actions
 
 from spark_jobs.sinks.delta_ledger import SinkCommitInfo
@@ -33,6 +34,10 @@ _ROW = "__epochal_row__"
 
 class SchemaChanged(Exception):
     """The columns were added (their own commit): decide again on the new snapshot, then commit."""
+
+
+def _nothing(schema: DeltaSchema) -> None:
+    pass
 
 
 def properties(info: SinkCommitInfo, txns: Sequence[Transaction]) -> CommitProperties:
@@ -95,19 +100,23 @@ class Publisher:
         files: Sequence[StagedFile],
         props: CommitProperties,
         checkpoint_id: int,
+        before_create: Callable[[DeltaSchema], None] = _nothing,
     ) -> bool:
         """Commit checkpoint n's staged files; False if there was nothing to record (no rows and no
-        table yet: an empty checkpoint cannot create a table, and needs no record)."""
+        table yet: an empty checkpoint cannot create a table, and needs no record).
+        ``before_create(schema)`` runs just before a commit that creates the table (with that
+        schema): the sink's create-claim (``delta_claims``); it may raise to refuse the commit."""
         if table is not None:
             self.check_layout(table)
             for schema in {f.schema.to_json(): f.schema for f in files}.values():
                 check_staged(self.name, table.schema(), schema, self.evolve)
         if self.mode == "merge":
-            return self._merge(table, files, props)
+            return self._merge(table, files, props, checkpoint_id, before_create)
         if table is None:
             if not files:
                 return False
             self._same_schemas(files, checkpoint_id)
+            before_create(files[0].schema)
             create_table_with_add_actions(
                 self.location.uri,
                 files[0].schema,
@@ -129,16 +138,24 @@ class Publisher:
         )
         return True
 
-    def _merge(self, table: DeltaTable | None, files: Sequence[StagedFile], props: CommitProperties) -> bool:
+    def _merge(
+        self,
+        table: DeltaTable | None,
+        files: Sequence[StagedFile],
+        props: CommitProperties,
+        checkpoint_id: int,
+        before_create: Callable[[DeltaSchema], None],
+    ) -> bool:
         expected = table.schema() if table is not None else None
         schemas = [arrow_of(f.schema) for f in files]
         target = (
             expected if expected is not None and not self.evolve else merged(expected, schemas, self.name)
         )
-        source = last_per_key(self.stager.read(files, arrow_of(target)), self.unique_key)
+        source = last_per_key(self.stager.read(files, arrow_of(target), checkpoint_id), self.unique_key)
         if table is None:
             if source.num_rows == 0:
                 return False
+            before_create(target)
             write_deltalake(
                 self.location.uri,
                 source,

@@ -28,7 +28,8 @@ import json
 import math
 import secrets
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, unquote
@@ -124,6 +125,22 @@ class StagedFile:
         return AddAction(self.handle.key, self.handle.size, self.partition_values, now_ms, True, self.stats)
 
 
+class StagedFileMissing(SinkCommitError):
+    """A staged file of a record is gone. Two causes: a commit of the same checkpoint won a race,
+    merged it and deleted it (merge mode) -- the caller reloads the ledger and finds the checkpoint
+    committed -- or it was deleted (VACUUM, abort of a fenced generation, by hand) and the
+    checkpoint cannot be committed any more."""
+
+    def __init__(self, table: str, handle: StateHandle, checkpoint_id: int) -> None:
+        super().__init__(
+            f"Delta table {table}: cannot commit checkpoint {checkpoint_id}: staged file {handle.key} is "
+            f"missing (the pre-commit recorded {handle.size} bytes; deleted by VACUUM, by an abort or "
+            "by hand?); restore from an earlier checkpoint to write it again"
+        )
+        self.key = handle.key
+        self.checkpoint_id = checkpoint_id
+
+
 class Stager:
     """Writes and reads one table's staged files (paths relative to the table folder)."""
 
@@ -184,20 +201,23 @@ class Stager:
         return StateHandle(key, len(data), checksums.checksum_of(data))
 
     def inspect(self, handles: Sequence[StateHandle], checkpoint_id: int) -> list[StagedFile]:
-        """Every staged file exists with its recorded size; its footer read. SinkCommitError if not."""
+        """Every staged file exists with its recorded size; its footer read. :class:`StagedFileMissing`
+        if one is gone, SinkCommitError if one has another size."""
         if not handles:
             return []
         infos = self.fs.get_file_info([h.key for h in handles])
         staged = []
         for handle, info in zip(handles, infos):
-            if info.type != pafs.FileType.File or info.size != handle.size:
-                found = "is missing" if info.type != pafs.FileType.File else f"has {info.size} bytes"
+            if info.type != pafs.FileType.File:
+                raise StagedFileMissing(self.table, handle, checkpoint_id)
+            if info.size != handle.size:
                 raise SinkCommitError(
                     f"Delta table {self.table}: cannot commit checkpoint {checkpoint_id}: staged file "
-                    f"{handle.key} {found}, the pre-commit recorded {handle.size} bytes (deleted by "
-                    "VACUUM or by hand?); restore from an earlier checkpoint to write it again"
+                    f"{handle.key} has {info.size} bytes, the pre-commit recorded {handle.size} bytes "
+                    "(overwritten by hand?); restore from an earlier checkpoint to write it again"
                 )
-            meta = pq.read_metadata(handle.key, filesystem=self.fs).metadata or {}
+            with self._missing_as(handle, checkpoint_id):
+                meta = pq.read_metadata(handle.key, filesystem=self.fs).metadata or {}
             staged.append(
                 StagedFile(
                     handle,
@@ -208,10 +228,25 @@ class Stager:
             )
         return staged
 
-    def read(self, files: Sequence[StagedFile], schema: pa.Schema) -> pa.Table:
-        """The rows of merge-mode staged files, in order, in ``schema`` (for a merge source)."""
-        parts = [conform(pq.read_table(f.handle.key, filesystem=self.fs), schema, self.table) for f in files]
+    def read(self, files: Sequence[StagedFile], schema: pa.Schema, checkpoint_id: int) -> pa.Table:
+        """The rows of merge-mode staged files, in order, in ``schema`` (for a merge source);
+        :class:`StagedFileMissing` if one is gone (a racing commit of the same checkpoint merged and
+        deleted it: the caller decides again)."""
+        parts = []
+        for f in files:
+            with self._missing_as(f.handle, checkpoint_id):
+                parts.append(conform(pq.read_table(f.handle.key, filesystem=self.fs), schema, self.table))
         return pa.concat_tables(parts) if parts else schema.empty_table()
+
+    @contextmanager
+    def _missing_as(self, handle: StateHandle, checkpoint_id: int) -> Iterator[None]:
+        """A file deleted between two reads surfaces as :class:`StagedFileMissing`."""
+        try:
+            yield
+        except OSError as exc:
+            if isinstance(exc, FileNotFoundError) or _not_found(exc):
+                raise StagedFileMissing(self.table, handle, checkpoint_id) from exc
+            raise
 
     def delete(self, keys: Sequence[str]) -> None:
         """Delete ``keys`` (missing ones are fine: every delete may be retried)."""
@@ -221,8 +256,13 @@ class Stager:
             except FileNotFoundError:
                 pass
             except OSError as exc:
-                if "not found" not in str(exc).lower() and "no such file" not in str(exc).lower():
+                if not _not_found(exc):
                     raise
+
+
+def _not_found(exc: BaseException) -> bool:
+    text = str(exc).lower()
+    return "not found" in text or "no such file" in text
 
 
 def now_ms() -> int:

@@ -228,6 +228,7 @@ class PostgresTransactionalSink(TransactionalSink[Any]):
                 )
             if not txn.batches:
                 self._check_schema(b.schema)
+            self._check_keys(b)
             txn.batches.append(b)
 
     def _pre_commit(self, txn: Transaction[Any]) -> PreCommittedTxn:
@@ -292,6 +293,19 @@ class PostgresTransactionalSink(TransactionalSink[Any]):
                 f"{self.what}: unique_key column(s) {missing} are not output columns "
                 f"({', '.join(schema.names)}): fix unique_key or the job's output"
             )
+
+    def _check_keys(self, batch: pa.RecordBatch) -> None:
+        """Refuse null ``unique_key`` values before anything is staged: an upsert matches keys with
+        ``=``, under which NULL equals nothing, so a null key would be inserted again by every epoch
+        that writes it instead of replacing its row (the table's key columns are NOT NULL as well:
+        ``postgres_schema``, a second line of defence for records staged before this check)."""
+        for column in self.unique_key:
+            nulls = batch.column(column).null_count
+            if nulls:
+                raise PostgresSinkConfigError(
+                    f"{self.what}: unique_key column {column!r} has {nulls} null value(s), which an "
+                    "upsert by key cannot match; fill or drop those rows before the sink"
+                )
 
     def _read_staged(self, checkpoint_id: int, records: Sequence[PreCommittedTxn]) -> pa.Table | None:
         """Every subtask's staged rows, verified (size, checksum), in subtask order."""

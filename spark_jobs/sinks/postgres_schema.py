@@ -5,9 +5,11 @@ Target table (``PostgresSink.table``): created on the first commit if absent, wi
 output column (types from :func:`pg_type`), ``UNIQUE (unique_key)`` with those columns NOT NULL,
 and with ``on_rewind="overwrite"`` the two provenance columns :data:`PROVENANCE` (which commit
 wrote the row). If present it is validated, inside the commit's transaction: every output column
-exists with a compatible type, the unique key has a unique index, provenance columns exist when
-needed, and no other column is NOT NULL without a default. A mismatch raises a one-line
-:class:`PostgresSinkError` (SCHEMA_MISMATCH) naming table, column and remedy; nothing is committed.
+exists with a compatible type, the unique key has a unique index whose columns are NOT NULL (or
+which is ``NULLS NOT DISTINCT``: else rows with a null key would repeat instead of being upserted),
+provenance columns exist when needed, and no other column is NOT NULL without a default. A
+mismatch raises a one-line :class:`PostgresSinkError` (SCHEMA_MISMATCH) naming table, column and
+remedy; nothing is committed.
 
 Control tables::
 
@@ -324,25 +326,41 @@ def _validate(
                 "is NOT NULL without a default and the output has no such column",
                 f'ALTER TABLE {table} ALTER COLUMN "{column}" DROP NOT NULL',
             )
-    if unique_key and not _has_unique_index(conn, regclass, unique_key):
+    if not unique_key:
+        return
+    nulls_not_distinct = _unique_index(conn, regclass, unique_key)
+    if nulls_not_distinct is None:
         key = ", ".join(f'"{k}"' for k in unique_key)
         raise mismatch(
             ",".join(unique_key),
             "has no unique constraint (the upsert needs one on exactly the unique_key columns)",
             f"ALTER TABLE {table} ADD UNIQUE ({key})",
         )
+    nullable = [k for k in unique_key if not existing[k][1]]
+    if nullable and not nulls_not_distinct:
+        raise mismatch(
+            nullable[0],
+            "is a unique_key column that allows NULL, and its unique constraint lets rows with a null "
+            "key repeat (an upsert could not replace them)",
+            f'ALTER TABLE {table} ALTER COLUMN "{nullable[0]}" SET NOT NULL (or make the constraint '
+            "UNIQUE NULLS NOT DISTINCT)",
+        )
 
 
-def _has_unique_index(conn: psycopg.Connection[Any], regclass: str, unique_key: Sequence[str]) -> bool:
-    rows = conn.execute(
-        """SELECT array_agg(a.attname::text) FROM pg_index i
+_UNIQUE_INDEXES = """SELECT array_agg(a.attname::text), bool_or({nnd}) FROM pg_index i
            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey)
            WHERE i.indrelid = %s::regclass AND i.indisunique AND i.indpred IS NULL
              AND i.indexprs IS NULL
-           GROUP BY i.indexrelid""",
-        (regclass,),
-    ).fetchall()
-    return any(set(cols) == set(unique_key) for (cols,) in rows)
+           GROUP BY i.indexrelid"""
+
+
+def _unique_index(conn: psycopg.Connection[Any], regclass: str, unique_key: Sequence[str]) -> bool | None:
+    """Whether a unique index on exactly the ``unique_key`` columns treats NULLs as equal (``NULLS
+    NOT DISTINCT``, PostgreSQL 15+); None when there is no such index."""
+    nnd = sql.SQL("i.indnullsnotdistinct" if conn.info.server_version >= 150000 else "false")
+    rows = conn.execute(sql.SQL(_UNIQUE_INDEXES).format(nnd=nnd), (regclass,)).fetchall()
+    matching = [bool(flag) for cols, flag in rows if set(cols) == set(unique_key)]
+    return any(matching) if matching else None
 
 
 def _regclass(schema: str, name: str) -> str:

@@ -23,8 +23,9 @@ def make_sink(
     store: ObjectStore, table: str | Path, *, kill: KillSwitch = NO_KILL, uid: str = UID, **options: Any
 ) -> DeltaTransactionalSink:
     storage = options.pop("storage_options", None)
+    waits = {"claim_wait_s": options.pop("claim_wait_s")} if "claim_wait_s" in options else {}
     return DeltaTransactionalSink(
-        store, JOB, uid, DeltaSinkOptions(str(table), **options), storage_options=storage, kill=kill
+        store, JOB, uid, DeltaSinkOptions(str(table), **options), storage_options=storage, kill=kill, **waits
     )
 
 

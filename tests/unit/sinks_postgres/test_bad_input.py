@@ -29,8 +29,9 @@ def one_line(exc: BaseException) -> str:
             "'note'",
             'ALTER COLUMN "note" DROP NOT NULL',
         ),
+        ("k text UNIQUE, v bigint, g bigint", "'k'", 'ALTER COLUMN "k" SET NOT NULL'),
     ],
-    ids=["wrong-type", "missing-column", "no-unique-constraint", "extra-not-null-column"],
+    ids=["wrong-type", "missing-column", "no-unique-constraint", "extra-not-null-column", "nullable-key"],
 )
 def test_a_schema_mismatch_is_one_line_and_commits_nothing(
     db: Db, ddl: str, column: str, remedy: str
@@ -55,8 +56,30 @@ def test_after_fixing_the_table_the_same_records_commit(db: Db) -> None:
     with pytest.raises(PostgresSinkError):
         sink.commit([record])
     db.execute("ALTER TABLE {s}.out ALTER COLUMN v TYPE bigint USING v::bigint")
+    with pytest.raises(PostgresSinkError, match=r"column 'k' is a unique_key column that allows NULL"):
+        db.sink(unique_key=("k",)).recover_and_commit([record])
+    db.execute("ALTER TABLE {s}.out ALTER COLUMN k SET NOT NULL")
     assert db.sink(unique_key=("k",)).recover_and_commit([record]) == (1,)
     assert db.rows() == [("a", 1, 0)]
+
+
+def test_a_nullable_key_with_a_nulls_not_distinct_constraint_is_accepted(db: Db) -> None:
+    db.execute("CREATE TABLE {s}.out (k text, v bigint, g bigint, UNIQUE NULLS NOT DISTINCT (k))")
+    sink = db.sink(unique_key=("k",))
+    sink.commit([stage(sink, 1, batch(k=["a"], v=[1], g=[0]))])
+    sink.commit([stage(sink, 2, batch(k=["a"], v=[2], g=[0]))])
+    assert db.rows() == [("a", 2, 0)]
+
+
+def test_null_unique_key_values_are_refused_at_write_in_one_line(db: Db) -> None:
+    sink = db.sink(unique_key=("k",))
+    txn = sink.begin_transaction(1, 0, 0, 0)
+    with pytest.raises(PostgresSinkConfigError) as caught:
+        sink.write(txn, batch(k=pa.array(["a", None], pa.string()), v=[1, 2], g=[0, 0]))
+    text = one_line(caught.value)
+    assert f"table {db.schema}.out" in text and "unique_key column 'k' has 1 null" in text
+    assert "fill or drop those rows" in text
+    assert isinstance(caught.value, BadInputError) and not db.exists() and not list(db.store.list(""))
 
 
 def test_overwrite_needs_the_provenance_columns_on_an_existing_table(db: Db) -> None:
@@ -77,9 +100,8 @@ def test_a_compatible_existing_table_is_accepted(db: Db) -> None:
 def test_a_row_the_table_rejects_is_one_line_and_commits_nothing(db: Db) -> None:
     sink = db.sink(unique_key=("k",))
     sink.commit([stage(sink, 1, batch(k=["a"], v=[1], g=[0]))])
-    record = stage(
-        sink, 2, batch(k=pa.array([None], pa.string()), v=[2], g=[0])
-    )  # a NULL key: the key is NOT NULL
+    db.execute("ALTER TABLE {s}.out ALTER COLUMN v SET NOT NULL")
+    record = stage(sink, 2, batch(k=["b"], v=pa.array([None], pa.int64()), g=[0]))  # v is NOT NULL now
     with pytest.raises(PostgresSinkError) as caught:
         sink.commit([record])
     assert caught.value.reason is PostgresFailure.REJECTED
