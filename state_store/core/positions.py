@@ -65,11 +65,9 @@ class BarrierPositions:
             out["restored_from"] = self.restored_from
         if self.follow_up is not None:
             follow = self.follow_up
-            out["restore_follow_up"] = {
-                "retract_after": follow.retract_after,
-                "pin": follow.pin,
-                "rewound_to": follow.rewound_to,
-            }
+            out["restore_follow_up"] = {"retract_after": follow.retract_after, "pin": follow.pin}
+            if follow.rewound_to is not None:  # absent in documents written before it existed
+                out["restore_follow_up"]["rewound_to"] = follow.rewound_to
         return out
 
     @classmethod

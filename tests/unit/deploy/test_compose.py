@@ -36,7 +36,9 @@ LONG_RUNNING = {"postgres", "seaweedfs", "spark-master", "spark-worker", *AIRFLO
 
 def _pins() -> dict[str, str]:
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    return dict(re.match(r"([A-Za-z0-9_.-]+)==(\S+)$", d).groups() for d in project if "==" in d)  # type: ignore[union-attr]
+    return dict(
+        re.match(r"([A-Za-z0-9_.-]+)(?:\[[^\]]*\])?==(\S+)$", d).groups() for d in project if "==" in d
+    )  # type: ignore[union-attr]
 
 
 def _constraints() -> dict[str, str]:
