@@ -2,7 +2,10 @@
 
 Source ``updates`` (one partition): the first epoch touches every one of ``keys`` keys once; every
 later epoch of ``step_ms`` touches ``fraction`` of the keys, chosen uniformly at random (seeded by
-offset: replayable). ``counts`` keeps one value per key: how often it was seen.
+offset: replayable). ``counts`` keeps one value per key: how often it was seen, and emits the new
+count of every key an epoch touched (``user``, ``count``) to the Parquet sink ``out``: the first
+epoch writes one row per key, later ones about ``fraction`` of the keys. ``epochal run --job
+keyed-counts`` runs it; ``epochal output --job keyed-counts`` prints what the sink committed.
 """
 
 from __future__ import annotations
@@ -58,7 +61,9 @@ class CountPerKey(KeyedProcessFunction):
 
     def process_key(self, key: Any, rows: list[dict[str, Any]], ctx: ProcessContext) -> None:
         state = ctx.state(self.count)
-        state.update((state.value() or 0) + len(rows))
+        count = (state.value() or 0) + len(rows)
+        state.update(count)
+        ctx.emit({"user": key, "count": count})
 
 
 def build_job(

@@ -7,7 +7,7 @@ import importlib
 from typing import Any
 
 from spark_jobs.api.job import Job
-from spark_jobs.examples import EXAMPLES, example_factory
+from spark_jobs.examples import NAMED_JOBS, example_factory
 from state_store.core.errors import BadInputError
 
 
@@ -16,7 +16,7 @@ class JobNotFoundError(ValueError, BadInputError):
 
 
 def load_job(reference: str, **options: Any) -> Job:
-    if reference in EXAMPLES:
+    if reference in NAMED_JOBS:
         job = example_factory(reference)(**options)
     elif ":" in reference:
         module_name, _, attr = reference.partition(":")
@@ -25,12 +25,12 @@ def load_job(reference: str, **options: Any) -> Job:
         except (ImportError, AttributeError) as exc:
             raise JobNotFoundError(
                 f"job {reference!r} cannot be loaded ({exc}): use module:attr or an example name "
-                f"({', '.join(sorted(EXAMPLES))})"
+                f"({', '.join(sorted(NAMED_JOBS))})"
             ) from None
         job = target(**options) if callable(target) and not isinstance(target, Job) else target
     else:
         raise JobNotFoundError(
-            f"job {reference!r} is neither an example ({', '.join(sorted(EXAMPLES))}) nor module:attr"
+            f"job {reference!r} is neither an example ({', '.join(sorted(NAMED_JOBS))}) nor module:attr"
         )
     if not isinstance(job, Job):
         raise JobNotFoundError(f"job {reference!r} is a {type(job).__name__}, not an epochal Job")
