@@ -6,10 +6,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from spark_jobs.sinks import DeltaSinkOptions, DeltaTransactionalSink, ParquetTransactionalSink
+from spark_jobs.sinks.iceberg import IcebergSink
 from spark_jobs.sinks.postgres import PostgresSink
 from state_store.core.ports import ObjectStore
 
-__all__ = ["DeltaSink", "ParquetSink", "PostgresSink"]
+__all__ = ["DeltaSink", "IcebergSink", "ParquetSink", "PostgresSink"]
 
 
 @dataclass(frozen=True)
