@@ -20,6 +20,8 @@ Building a DAG imports the job module to learn its id but touches no storage.
 
 from __future__ import annotations
 
+import logging
+import re
 from typing import Any
 
 import pendulum
@@ -42,6 +44,7 @@ from epochal_airflow.operators.state import (
     TriggerSavepointOperator,
 )
 
+log = logging.getLogger(__name__)
 START = pendulum.datetime(2023, 11, 14, tz="UTC")
 
 
@@ -216,6 +219,54 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
 
 
 def build_all(settings: EpochalSettings | None = None) -> dict[str, DAG]:
+    """Every configured job's epoch DAG and the manual DAGs. A job reference that cannot be loaded
+    breaks only its own DAG: it becomes ``epochal_broken_<ref>`` (paused, unscheduled) whose
+    description and only task give the error and the remedy; the other DAGs are built as usual."""
     settings = settings or EpochalSettings.from_env()
-    dags = [build_epoch_dag(ref, settings) for ref in settings.jobs] + build_manual_dags(settings)
+    dags = []
+    for ref in settings.jobs:
+        try:
+            dags.append(build_epoch_dag(ref, settings))
+        except Exception as exc:  # one bad job module must not take every Epochal DAG with it
+            message = broken_job_message(ref, exc)
+            log.error("%s", message)
+            dags.append(build_broken_dag(ref, message))
+    dags += build_manual_dags(settings)
     return {d.dag_id: d for d in dags}
+
+
+def broken_job_message(ref: str, exc: BaseException) -> str:
+    """One line: which job reference, what failed, and what to do."""
+    module = ref.partition(":")[0] if ":" in ref else ref
+    return (
+        f"Epochal job {ref!r} cannot be loaded: {type(exc).__name__}: {exc} -- make module {module!r} "
+        "importable by the scheduler and workers (a package installed in their environment, or a "
+        "folder on PYTHONPATH, e.g. the project's jobs/ folder), or remove it from EPOCHAL_JOBS"
+    )
+
+
+def broken_dag_id(ref: str) -> str:
+    return "epochal_broken_" + re.sub(r"[^A-Za-z0-9_]+", "_", ref).strip("_")
+
+
+def build_broken_dag(ref: str, message: str) -> DAG:
+    """A placeholder for a job that cannot be loaded: visible in the DAG list with the error, paused;
+    triggering it fails its only task with the same message."""
+    from airflow.providers.standard.operators.python import PythonOperator
+
+    with DAG(
+        dag_id=broken_dag_id(ref),
+        description=message[:1_000],
+        schedule=None,
+        start_date=START,
+        catchup=False,
+        is_paused_upon_creation=True,
+        tags=["epochal", "broken"],
+        doc_md=f"**This job does not load.**\n\n{message}",
+    ) as dag:
+        PythonOperator(task_id="job_does_not_load", python_callable=_raise_broken, op_args=[message])
+    return dag
+
+
+def _raise_broken(message: str) -> None:
+    raise RuntimeError(message)

@@ -51,6 +51,8 @@ class JobDirectory:
     def __init__(self, refs: tuple[str, ...] = (), extra_ids: tuple[str, ...] = ()) -> None:
         self.refs, self.extra_ids = refs, extra_ids
         self._loaded: dict[str, dict[str, Any]] | None = None
+        self.broken: dict[str, str] = {}
+        """Job references that do not load -> the one-line error (listed, not hidden)."""
         self._lock = threading.Lock()
 
     def declared(self) -> dict[str, dict[str, Any]]:
@@ -62,7 +64,10 @@ class JobDirectory:
                         from spark_jobs.jobs.loading import load_job
 
                         job = load_job(ref)
-                    except Exception:  # a job module that does not import is listed nowhere
+                    except Exception as exc:  # listed with its error (broken_jobs), not hidden
+                        from epochal_airflow.dag_factory import broken_job_message
+
+                        self.broken[ref] = broken_job_message(ref, exc)
                         continue
                     self._loaded[job.job_id] = {
                         "mode": job.mode,
@@ -77,6 +82,10 @@ class JobDirectory:
 
     def job_ids(self) -> list[str]:
         return sorted(self.declared())
+
+    def broken_jobs(self) -> dict[str, str]:
+        self.declared()
+        return dict(sorted(self.broken.items()))
 
 
 def _checked(job_id: str) -> str:
@@ -162,6 +171,10 @@ def create_app(
         items = "".join(
             f'<li><a href="{base(request)}/checkpoints/{quote(j)}">{render.esc(j)}</a></li>'
             for j in directory.job_ids()
+        ) + "".join(
+            f'<li class="broken">{render.esc(ref)}: <strong>does not load</strong> -- '
+            f"{render.esc(error)}</li>"
+            for ref, error in directory.broken_jobs().items()
         )
         return render.page(
             "Epochal checkpoints",
@@ -194,7 +207,7 @@ def create_app(
     @app.get("/api/jobs", response_model=schemas.Jobs)
     def api_jobs() -> dict[str, Any]:
         """The configured jobs."""
-        return {"jobs": directory.job_ids()}
+        return {"jobs": directory.job_ids(), "broken": directory.broken_jobs()}
 
     @app.get("/api/jobs/{job_id}", response_model=schemas.JobOverview)
     def api_overview(job_id: JobId) -> dict[str, Any]:

@@ -120,6 +120,8 @@ class Configuration(Strict):
 
 class Jobs(Strict):
     jobs: list[str]
+    broken: dict[str, str] = {}
+    """Job references that do not load -> the one-line error and remedy."""
 
 
 class Error(Strict):

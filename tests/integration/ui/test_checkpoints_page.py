@@ -156,7 +156,7 @@ def test_api_requires_airflow_authentication(server: Server) -> None:
     counts = body["overview"]["counts"]
     assert (counts["failed"], counts["in_progress"]) == (1, 1) and counts["completed"] >= 1
     status, jobs = http(f"{server.base}/epochal/api/jobs", server.token())
-    assert jobs == {"jobs": [JOB_ID]}
+    assert jobs == {"jobs": [JOB_ID], "broken": {}}
     status, schema = http(f"{server.base}/epochal/openapi.json")
     assert status == 200 and "/api/jobs/{job_id}/checkpoints" in schema["paths"]
 

@@ -42,7 +42,7 @@ def test_a_request_without_a_token_is_refused(history: Made) -> None:
 
 def test_json_numbers_match_the_manifests(client: TestClient, history: Made) -> None:
     store, layout = open_store(history.uri), JobLayout(JOB_ID)
-    assert client.get("/api/jobs").json() == {"jobs": [JOB_ID]}
+    assert client.get("/api/jobs").json() == {"jobs": [JOB_ID], "broken": {}}
     body = client.get(f"/api/jobs/{JOB_ID}").json()
     counts = body["overview"]["counts"]
     assert counts["failed"] == 1 and counts["in_progress"] == 1
