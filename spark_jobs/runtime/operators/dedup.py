@@ -62,11 +62,7 @@ class DeduplicateOperator(KeyedOperator):
                 restored.keyed,
                 self.seen.name,
                 self.backend.key_groups,
-                None
-                if restored.trusted_key_groups
-                else lambda keys: key_groups(
-                    keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
-                ),
+                self.key_groups_check(restored),
             )
             if cols is not None:
                 self.cols = cols

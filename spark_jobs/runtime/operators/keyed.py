@@ -3,11 +3,12 @@ key groups the subtask owns, both restored before ``open`` returns."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pyarrow as pa
 
-from spark_jobs.runtime.keys import KeySpec, key_column
+from spark_jobs.runtime.keys import KeySpec, key_column, key_groups
 from spark_jobs.runtime.operators.base import Operator, OperatorContext, OperatorRestore, OperatorSnapshot
 from state_store.core.keygroups import key_group_of
 from state_store.core.state import KeyedStateBackend
@@ -46,6 +47,17 @@ class KeyedOperator(Operator):
             restored.keyed,
             from_checkpoint=restored.checkpoint_id,
             verify_keys=not restored.trusted_key_groups,
+        )
+
+    def key_groups_check(self, restored: OperatorRestore) -> Callable[[Any], Any] | None:
+        """For a columnar restore: the key group of each key (int64 array, list or string array),
+        to check that restored files list every key under its own key group -- or None when the
+        files are trusted (``OperatorRestore.trusted_key_groups``)."""
+        if restored.trusted_key_groups:
+            return None
+        max_parallelism = self.backend.max_parallelism
+        return lambda keys: key_groups(
+            keys if isinstance(keys, pa.Array) else pa.array(keys), max_parallelism
         )
 
     def dispose(self) -> None:

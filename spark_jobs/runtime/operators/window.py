@@ -206,11 +206,7 @@ class WindowOperator(KeyedOperator):
                 restored.keyed,
                 self.acc.name,
                 self.backend.key_groups,
-                None
-                if restored.trusted_key_groups
-                else lambda keys: key_groups(
-                    keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
-                ),
+                self.key_groups_check(restored),
             )
             if cols is not None:
                 self.cols = cols
@@ -234,11 +230,7 @@ class WindowOperator(KeyedOperator):
                 restored.keyed,
                 self.session_state.name,
                 self.backend.key_groups,
-                None
-                if restored.trusted_key_groups
-                else lambda keys: key_groups(
-                    keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
-                ),
+                self.key_groups_check(restored),
             )
             if cols is not None:
                 self.scols = cols
