@@ -4,6 +4,8 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+PORT ?= 8080
+DEMO_ARGS ?=
 export PYSPARK_PYTHON := $(abspath $(BIN)/python)
 
 .DEFAULT_GOAL := help
@@ -55,9 +57,12 @@ test: lint browser-deps postgres-deps ## Lint, then the whole pytest suite (unit
 	$(BIN)/pytest
 
 demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite
-	PYTHONPATH=plugins:. $(BIN)/python deploy/demo.py
+	PYTHONPATH=plugins:. $(BIN)/python deploy/demo.py $(DEMO_ARGS)
+
+ui: $(STAMP) ## Airflow's UI locally on the demo's home and store (PORT=8080); Ctrl-C stops all of it
+	PYTHONPATH=plugins:. $(BIN)/python deploy/ui.py --port $(PORT)
 
 clean: ## Remove the venv, caches and demo output
-	rm -rf $(VENV) .demo .demo-store .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) .demo .demo-store .ui .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
-.PHONY: help install lint browser-deps postgres-deps test demo clean
+.PHONY: help install lint browser-deps postgres-deps test demo ui clean

@@ -9,9 +9,12 @@ documents of checkpoints that are new or changed since the previous scan:
 2. reuse the cached row of every id whose token is unchanged (a decided checkpoint is immutable
    except for its validation result, which is part of the token), read the others (in parallel);
 3. the job's statistics (overview, summaries) are recomputed only when the fingerprint of all tokens
-   and of ``_job.json`` changed; within ``max_age_ms`` of the last scan no listing is done at all,
-   and after it a request gets the cached answer while a background refresh re-lists (a long
-   history costs seconds to list on any store; a page load must not wait for it);
+   and of ``_job.json`` changed; within ``max_age_ms`` of the last scan no listing is done at all;
+   after it, a request first *probes* what a run changes (``_job.json``, ``LATEST``, the folders of
+   undecided and the two newest checkpoints, the next id): if any of it moved it scans now (the
+   first load after a run shows that run), else it gets the cached answer while a background
+   refresh re-lists (a long history costs seconds to list on any store; a page load must not wait
+   for it when nothing a run writes has moved);
 4. with ``full_relist_ms`` > 0, a refresh within that time of the last full listing re-lists only the
    folders that can change (undecided and the ``recent`` newest checkpoints) and probes the ids
    after the highest one; checkpoints that retention deleted leave the history at the next full
@@ -156,6 +159,7 @@ class CheckpointStats:
         self._rows: dict[str, dict[int, tuple[str, CheckpointRow]]] = {}
         self._jobs: OrderedDict[str, tuple[float, JobStats]] = OrderedDict()
         self._segments: dict[tuple[str, str], Any] = {}  # archive segments by (key, version)
+        self._probes: dict[str, Probe] = {}  # what _moved compares, as of the last scan
 
     # -- public ----------------------------------------------------------------------------
     def stats(self, job_id: str, *, wait: bool = False) -> JobStats:
@@ -171,9 +175,21 @@ class CheckpointStats:
             cached = self._jobs.get(job_id)
         if cached is not None and not wait and self.max_age_ms > 0:
             if (self._monotonic() - cached[0]) * 1000 >= self.max_age_ms:
+                if self._moved(layout):  # a run changed the job since: never serve the old answer
+                    return self._refresh(layout)
                 self._refresh_in_background(layout)
             return cached[1]
         return self._refresh(layout)
+
+    def _moved(self, layout: JobLayout) -> bool:
+        """Whether what a run changes moved since the last scan: ``_job.json``, ``LATEST``, the folders
+        of undecided and the newest checkpoints, the next id. A few HEADs and small listings, however
+        long the history (the slow full listing stays in the background refresh)."""
+        with self._lock:
+            probe = self._probes.get(layout.job_id)
+        if probe is None:
+            return True
+        return probe != _probe(self.store, layout, tuple(probe[2]))
 
     def warm(self, job_id: str) -> None:
         """Start a background scan of ``job_id`` unless it is cached or being scanned already."""
@@ -195,6 +211,7 @@ class CheckpointStats:
                     evicted, _ = self._jobs.popitem(last=False)
                     self._rows.pop(evicted, None)
                     self._listings.pop(evicted, None)
+                    self._probes.pop(evicted, None)
             return result
 
     def _refresh_in_background(self, layout: JobLayout) -> None:
@@ -270,6 +287,17 @@ class CheckpointStats:
         digest.update(f"latest={latest_info.version if latest_info else ''}".encode())
         digest.update(f"archive={archive.fingerprint()}".encode())
         fingerprint = digest.hexdigest()
+        decided = [i for i, item in listed.items() if "_decision.json" in item.docs]
+        watch = sorted(
+            {i for i in listed if i not in decided} | set(sorted(listed)[-2:]) | {max(listed, default=0) + 1}
+        )
+        probe: Probe = (
+            job_info.version if job_info else "",
+            latest_info.version if latest_info else "",
+            {i: listed[i].token() if i in listed else "" for i in watch},
+        )
+        with self._lock:
+            self._probes[layout.job_id] = probe
         if previous is not None and previous.fingerprint == fingerprint:
             return previous
         cache = self._rows.setdefault(layout.job_id, {})
@@ -315,6 +343,20 @@ class CheckpointStats:
             scanned_ms=(time.perf_counter() - started) * 1000,
             documents_read=reads,
         )
+
+
+Probe = tuple[str, str, dict[int, str]]
+"""(``_job.json`` version, ``LATEST`` version, listing token by watched checkpoint id; "" = absent)."""
+
+
+def _probe(store: ObjectStore, layout: JobLayout, ids: tuple[int, ...]) -> Probe:
+    job_info = store.head(layout.job_record)
+    latest_info = store.head(layout.latest)
+    tokens = {}
+    for i in ids:
+        item = list_checkpoints(store, layout, layout.checkpoint_dir(i)).get(i)
+        tokens[i] = item.token() if item is not None else ""
+    return (job_info.version if job_info else "", latest_info.version if latest_info else "", tokens)
 
 
 def _configuration(

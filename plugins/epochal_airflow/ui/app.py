@@ -3,10 +3,19 @@
 Routes (all require an authenticated Airflow user, exactly like the rest of the Airflow UI: a JWT in
 ``Authorization: Bearer`` or the UI's session cookie; Airflow's own ``requires_authenticated``):
 
-* ``GET /checkpoints`` -- HTML: the jobs; ``/checkpoints/{job}`` -- overview, summary, charts, one page of
-  history, configuration; ``/checkpoints/{job}/{id}`` -- one checkpoint per operator and subtask.
+* ``GET /checkpoints`` -- HTML: every job with its health, latest completed checkpoint and age, failures
+  in the last day and state-size trend, and the jobs that do not load; ``/checkpoints/{job}?tab=`` --
+  Flink's tabs (overview, history, summary, configuration) plus savepoints; ``/checkpoints/{job}/{id}``
+  -- one checkpoint per operator and subtask.
+* ``GET|POST /checkpoints/{job}/trigger/{restore|backfill}?savepoint=<name>`` -- the ``epochal_restore``
+  / ``epochal_backfill`` conf prefilled from a savepoint; the POST triggers the DAG through Airflow's
+  own REST API (``POST /api/v2/dags/{dag_id}/dagRuns``) with the user's own token (their session
+  cookie or bearer token), so Airflow decides whether this user may trigger it, and shows the
+  result. (Airflow 3.3's UI has no URL that opens its trigger form with a conf prefilled.) A POST
+  from another origin is refused (403).
 * ``GET /api/jobs``, ``/api/jobs/{job}``, ``/api/jobs/{job}/checkpoints``,
-  ``/api/jobs/{job}/checkpoints/{id}``, ``/api/jobs/{job}/configuration`` -- the same data as JSON
+  ``/api/jobs/{job}/checkpoints/{id}``, ``/api/jobs/{job}/configuration``, ``/api/jobs/{job}/savepoints``
+  -- the same data as JSON
   (OpenAPI document at ``/openapi.json``, docs at ``/docs``).
 
 Bad input (a job id that is not a safe name, an unknown checkpoint, a bad page) is a 400/404 whose
@@ -16,19 +25,23 @@ Bad input (a job id that is not a safe name, an unknown checkpoint, a bad page) 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any
-from urllib.parse import quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
 from fastapi.responses import HTMLResponse, JSONResponse
 
 from epochal_airflow.ui import URL_PREFIX, schemas
+from epochal_airflow.ui import trigger as trigger_pages
 from state_store.core.layout import InvalidNameError, validate_name
 from state_store.core.ports import ObjectStore, StoreError
 from state_store.monitoring import STATUSES, CheckpointStats, JobStats, MonitoringError
 from state_store.monitoring import html as render
+from state_store.monitoring.health import job_health
+from state_store.monitoring.savepoints import SavepointInfo, list_savepoints
 
 __all__ = ["URL_PREFIX", "JobDirectory", "app_from_settings", "create_app"]
 API_TITLE = "Epochal checkpoints"
@@ -38,6 +51,12 @@ CheckpointId = Annotated[int, Path(ge=1, le=9_999_999_999)]
 Offset = Annotated[int, Query(ge=0, le=10_000_000)]
 Limit = Annotated[int, Query(ge=1, le=500)]
 Status = Annotated[str | None, Query(pattern="^(" + "|".join(STATUSES) + ")$")]
+Tab = Annotated[str, Query(pattern="^(" + "|".join(render.TABS) + ")$")]
+TriggerKind = Annotated[str, Path(pattern="^(restore|backfill)$")]
+SavepointName = Annotated[
+    str, Query(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
+]
+TRIGGER_DAGS = {"restore": "epochal_restore", "backfill": "epochal_backfill"}
 
 
 def dag_id_for(job_id: str) -> str:
@@ -149,14 +168,23 @@ def create_app(
         root = base(request)
 
         def page(offset: int, status: str | None) -> str:
-            query = {"offset": offset, "limit": limit, **({"status": status} if status else {})}
+            query = {
+                "tab": "history",
+                "offset": offset,
+                "limit": limit,
+                **({"status": status} if status else {}),
+            }
             return f"{root}/checkpoints/{quote(job_id)}?{urlencode(query)}"
 
+        job_url = f"{root}/checkpoints/{quote(job_id)}"
         return render.Links(
             run=lambda row: render.dag_run_path(job_id, row),
-            detail=lambda n: f"{root}/checkpoints/{quote(job_id)}/{n}",
+            detail=lambda n: f"{job_url}/{n}",
             page=page,
-            back=f"{root}/checkpoints/{quote(job_id)}",
+            back=f"{job_url}?tab=history",
+            tab=lambda name: f"{job_url}?tab={name}",
+            job=lambda j: f"{root}/checkpoints/{quote(j)}",
+            action=lambda kind, sp: f"{job_url}/trigger/{kind}?{urlencode({'savepoint': sp.name})}",
         )
 
     def configuration(stats: JobStats) -> dict[str, Any]:
@@ -164,30 +192,44 @@ def create_app(
         return {**stats.configuration, **{f"declared.{k}": v for k, v in declared.items()}}
 
     # -- HTML --------------------------------------------------------------------------------
+    def savepoints_of(job_id: str) -> list[SavepointInfo]:
+        return list_savepoints(service().store, _checked(job_id))
+
+    def now_ms() -> int:
+        return int(time.time() * 1000)
+
+    def crumbs(request: Request, job_id: str | None = None) -> str:
+        parts = [f'<a href="{base(request)}/checkpoints">Checkpoints</a>']
+        if job_id is not None:
+            parts.append(f'<a href="{base(request)}/checkpoints/{quote(job_id)}">{render.esc(job_id)}</a>')
+        return '<nav class="crumbs">' + " / ".join(parts) + "</nav>"
+
     @app.get("/checkpoints", response_class=HTMLResponse, include_in_schema=False)
     def index(request: Request) -> str:
-        for job_id in directory.job_ids():  # warm the statistics before the user picks a job
-            service().warm(job_id)
-        items = "".join(
-            f'<li><a href="{base(request)}/checkpoints/{quote(j)}">{render.esc(j)}</a></li>'
-            for j in directory.job_ids()
-        ) + "".join(
-            f'<li class="broken">{render.esc(ref)}: <strong>does not load</strong> -- '
-            f"{render.esc(error)}</li>"
-            for ref, error in directory.broken_jobs().items()
-        )
-        return render.page(
-            "Epochal checkpoints",
-            "<h1>Epochal checkpoints</h1>"
-            + (f"<ul>{items}</ul>" if items else "<p>No jobs configured (EPOCHAL_JOBS).</p>"),
+        healths, errors = [], {}
+        for job_id in directory.job_ids():
+            try:
+                healths.append(job_health(service().stats(job_id), now_ms()))
+            except (StoreError, MonitoringError) as exc:  # one unreadable job must not hide the others
+                errors[job_id] = f"its storage could not be read: {exc}"
+        return render.jobs_page(
+            healths,
+            directory.broken_jobs(),
+            now_ms=now_ms(),
+            links=render.Links(job=lambda j: f"{base(request)}/checkpoints/{quote(j)}"),
+            errors=errors,
         )
 
     @app.get("/checkpoints/{job_id}", response_class=HTMLResponse, include_in_schema=False)
     def job_page(
-        request: Request, job_id: JobId, offset: Offset = 0, limit: Limit = 50, status: Status = None
+        request: Request,
+        job_id: JobId,
+        tab: Tab = "overview",
+        offset: Offset = 0,
+        limit: Limit = 50,
+        status: Status = None,
     ) -> str:
         stats = job_stats(job_id)
-        nav = f'<nav><a href="{base(request)}/checkpoints">all jobs</a></nav>'
         return render.job_page(
             stats,
             offset=offset,
@@ -195,13 +237,72 @@ def create_app(
             status=status,
             links=links(request, job_id, limit),
             configuration=configuration(stats),
-            nav=nav,
+            nav=crumbs(request),
+            tab=tab,
+            savepoints=savepoints_of(job_id) if tab in ("history", "savepoints") else (),
+            now_ms=now_ms(),
         )
 
     @app.get("/checkpoints/{job_id}/{checkpoint_id}", response_class=HTMLResponse, include_in_schema=False)
     def detail_page(request: Request, job_id: JobId, checkpoint_id: CheckpointId) -> str:
         detail = service().detail(_checked(job_id), checkpoint_id)
-        return render.detail_page(detail, links=links(request, job_id, 50))
+        return render.detail_page(
+            detail,
+            links=links(request, job_id, 50),
+            nav=crumbs(request, job_id),
+            savepoints=savepoints_of(job_id),
+        )
+
+    def savepoint_named(job_id: str, name: str) -> SavepointInfo:
+        found = next((s for s in savepoints_of(job_id) if s.name == name), None)
+        if found is None:
+            raise HTTPException(
+                404, f"savepoint {name!r} of job {job_id} does not exist: pick one from the Savepoints tab"
+            )
+        return found
+
+    @app.get("/checkpoints/{job_id}/trigger/{kind}", response_class=HTMLResponse, include_in_schema=False)
+    def trigger_form(request: Request, job_id: JobId, kind: TriggerKind, savepoint: SavepointName) -> str:
+        sp = savepoint_named(job_id, savepoint)
+        return trigger_pages.form(
+            kind, TRIGGER_DAGS[kind], job_id, sp, nav=crumbs(request, job_id), action=str(request.url)
+        )
+
+    @app.post("/checkpoints/{job_id}/trigger/{kind}", response_class=HTMLResponse, include_in_schema=False)
+    async def trigger_submit(
+        request: Request, job_id: JobId, kind: TriggerKind, savepoint: SavepointName
+    ) -> HTMLResponse:
+        origin = f"{request.url.scheme}://{request.url.netloc}"
+        if request.headers.get("origin") not in (None, "null", origin):
+            raise HTTPException(
+                403, f"a trigger must come from this Airflow's own pages ({origin}), not from another site"
+            )
+        sp = savepoint_named(job_id, savepoint)
+        fields = {k: v[-1] for k, v in parse_qs((await request.body()).decode()).items()}
+        try:
+            conf = trigger_pages.conf_of(kind, job_id, sp, fields)
+        except ValueError as exc:
+            raise HTTPException(400, str(exc)) from None
+        token = request.cookies.get("_token") or request.headers.get("authorization", "").removeprefix(
+            "Bearer "
+        )
+        dag_id = TRIGGER_DAGS[kind]
+        import httpx
+
+        async with httpx.AsyncClient(timeout=30) as client:
+            answer = await client.post(
+                f"{origin}/api/v2/dags/{quote(dag_id)}/dagRuns",
+                json={"logical_date": None, "conf": conf},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+        try:
+            body = answer.json()
+        except ValueError:
+            body = {"detail": answer.text[:500]}
+        page = trigger_pages.result(
+            dag_id, job_id, conf, answer.status_code, body, nav=crumbs(request, job_id)
+        )
+        return HTMLResponse(page, status_code=200 if answer.status_code < 300 else answer.status_code)
 
     # -- JSON --------------------------------------------------------------------------------
     @app.get("/api/jobs", response_model=schemas.Jobs)
@@ -249,6 +350,11 @@ def create_app(
             "storage": stats.configuration,
             "declared": directory.declared().get(job_id, {}),
         }
+
+    @app.get("/api/jobs/{job_id}/savepoints", response_model=schemas.Savepoints)
+    def api_savepoints(job_id: JobId) -> dict[str, Any]:
+        """The job's savepoints, newest first, with the location the restore and backfill DAGs take."""
+        return {"job_id": job_id, "savepoints": [asdict(s) for s in savepoints_of(job_id)]}
 
     return app
 

@@ -126,3 +126,19 @@ class Jobs(Strict):
 
 class Error(Strict):
     detail: str
+
+
+class Savepoint(Strict):
+    name: str
+    location: str = Field(
+        description="the URI epochal_restore (source) and epochal_backfill (savepoint) take"
+    )
+    checkpoint_id: int | None = Field(description="the checkpoint it was taken as")
+    created_ms: int | None
+    format: str
+    error: str = Field(description="why its manifest does not decode ('' when it does)")
+
+
+class Savepoints(Strict):
+    job_id: str
+    savepoints: list[Savepoint]

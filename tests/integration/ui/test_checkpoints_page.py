@@ -10,7 +10,8 @@ and checks:
 * the REST API refuses a request without a token (401) and a forged token, and answers with one;
 * headless Chromium (Debian ``chromium`` + ``chromium-driver``, driven by Selenium) is refused
   without a session, then gets the UI's session cookie (a token from ``POST /auth/token``), opens
-  the Checkpoints page, sees the history rows and the two SVG charts, opens a checkpoint's detail,
+  the Checkpoints page, sees the two SVG charts (overview tab) and the history rows (history tab),
+  opens a checkpoint's detail,
   and opens the view inside the Airflow UI (the external view's iframe); screenshots are saved to
   ``$EPOCHAL_TEST_ARTIFACTS`` (default: a temporary folder printed by the test).
 
@@ -212,6 +213,12 @@ def test_checkpoints_page_renders_history_and_charts_in_chromium(
     assert "Not authenticated" in browser.page_source and not browser.find_elements(By.CSS_SELECTOR, "table")
     browser.add_cookie({"name": "_token", "value": server.token(), "path": "/"})  # the UI's session cookie
     browser.get(f"{server.base}/epochal/checkpoints/{JOB_ID}")
+    WebDriverWait(browser, 60).until(ec.presence_of_element_located((By.CSS_SELECTOR, "nav.tabs")))
+    charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
+    assert len(charts) == 2 and all(c.size["width"] > 100 and c.size["height"] > 100 for c in charts)
+    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart circle")) >= 2
+    browser.save_screenshot(str(out / "checkpoints-overview-tab.png"))
+    browser.find_element(By.CSS_SELECTOR, 'nav.tabs a[data-tab="history"]').click()
     WebDriverWait(browser, 60).until(ec.presence_of_element_located((By.CSS_SELECTOR, "table.history")))
     rows = browser.find_elements(By.CSS_SELECTOR, "tr.checkpoint")
     stored = http(f"{server.base}/epochal/api/jobs/{JOB_ID}/checkpoints", server.token())[1]
@@ -220,9 +227,6 @@ def test_checkpoints_page_renders_history_and_charts_in_chromium(
     ]
     statuses = {r.get_attribute("data-status") for r in rows}
     assert {"completed", "failed", "in_progress"} <= statuses
-    charts = browser.find_elements(By.CSS_SELECTOR, "svg.chart")
-    assert len(charts) == 2 and all(c.size["width"] > 100 and c.size["height"] > 100 for c in charts)
-    assert len(browser.find_elements(By.CSS_SELECTOR, "svg.chart circle")) >= 2
     page_shot = out / "checkpoints-page.png"
     assert browser.save_screenshot(str(page_shot)) and page_shot.stat().st_size > 10_000
     newest_completed = max(c["checkpoint_id"] for c in stored["checkpoints"] if c["status"] == "completed")
@@ -236,6 +240,7 @@ def test_checkpoints_page_renders_history_and_charts_in_chromium(
     browser.save_screenshot(str(out / "airflow-ui-checkpoints.png"))
     browser.switch_to.frame(frame)
     WebDriverWait(browser, 60).until(ec.presence_of_element_located((By.CSS_SELECTOR, "h1")))
-    assert "Epochal checkpoints" in browser.find_element(By.CSS_SELECTOR, "h1").text
+    assert "Checkpoints" in browser.find_element(By.CSS_SELECTOR, "h1").text
+    assert browser.find_elements(By.CSS_SELECTOR, f'tr.job[data-job="{JOB_ID}"]')
     browser.switch_to.default_content()
     print(f"\nscreenshots of the Checkpoints view: {out}")

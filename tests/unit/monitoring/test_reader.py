@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.runtime.cycle import run_cycle
+from spark_jobs.runtime.cycle import coordinator_for, run_cycle
 from state_store.core import JobLayout, documents, load_completed
+from state_store.core.failures import CheckpointFailureReason
 from state_store.core.manifests import PendingRecord
 from state_store.monitoring import CheckpointStats, MonitoringError
 from state_store.storage import open_store
@@ -104,24 +105,48 @@ def test_cache_reads_only_new_checkpoints_and_equals_a_cold_scan(tmp_path: Path)
     assert warm.rows[-1].status == "completed"
 
 
-def test_after_max_age_the_cached_answer_is_served_while_a_refresh_runs(tmp_path: Path) -> None:
-    made = make_history(tmp_path, epochs=1)
+def test_after_max_age_a_change_no_run_makes_is_served_cached_while_a_refresh_runs(tmp_path: Path) -> None:
+    made = make_history(tmp_path, epochs=2)
     now = [0.0]
     store = open_store(made.uri)
     service = CheckpointStats(store, max_age_ms=1000, monotonic=lambda: now[0])
     a = service.stats(JOB_ID)
-    newest = a.rows[-1].checkpoint_id
-    store.delete(JobLayout(JOB_ID).pending(newest))  # storage changes (as retention would)
+    oldest = made.completed[0]
+    layout = JobLayout(JOB_ID)
+    for info in store.list(layout.checkpoint_dir(oldest)):  # retention deletes an old folder
+        store.delete(info.key)
     now[0] = 0.5
     assert service.stats(JOB_ID) is a  # young: no listing
     now[0] = 2.0
-    assert service.stats(JOB_ID) is a  # old: served at once, refreshed in the background
+    assert service.stats(JOB_ID) is a  # old, but nothing a run writes moved: served at once
     deadline = time.monotonic() + 10
     while service.stats(JOB_ID) is a and time.monotonic() < deadline:
         time.sleep(0.05)
     fresh = service.stats(JOB_ID)
-    assert fresh is not a and newest not in [r.checkpoint_id for r in fresh.rows]
+    assert fresh is not a and fresh.configuration["checkpoints_in_storage"] == (
+        a.configuration["checkpoints_in_storage"] - 1
+    )
     assert service.stats(JOB_ID, wait=True).rows == fresh.rows
+
+
+@pytest.mark.parametrize("change", ["abort in-flight", "new epoch"])
+def test_the_first_load_after_a_run_shows_that_run(tmp_path: Path, change: str) -> None:
+    made = make_history(tmp_path, epochs=1)
+    now = [0.0]
+    store = open_store(made.uri)
+    service = CheckpointStats(store, max_age_ms=1000, monotonic=lambda: now[0])
+    before = service.stats(JOB_ID)
+    clock = TickingClock(before.rows[-1].trigger_ms + STEP_MS)
+    coordinator_for(small_job(), store, clock).abort(
+        made.in_progress, CheckpointFailureReason.MANUALLY_ABORTED, "the run that owned it died"
+    )
+    expected = {made.in_progress: "failed"}
+    if change == "new epoch":
+        report = run_cycle(small_job(), made.uri, clock, executor="local", request_id="run-after")
+        expected[report.checkpoint_id] = "completed"
+    now[0] = 2.0  # the cache is older than max_age_ms: the very next load must show the change
+    after = {r.checkpoint_id: r.status for r in service.stats(JOB_ID).rows}
+    assert {i: after.get(i) for i in expected} == expected
 
 
 def test_incremental_relisting_finds_new_checkpoints_and_keeps_deleted_ones_from_the_archive(
