@@ -15,6 +15,13 @@ source (:func:`source_asset`); whoever appends input emits an event for that ass
 task's ``outlets``, or the REST API) and the scheduler queues an epoch; an epoch that finds no new
 input still short-circuits.
 
+Backfill: an epoch DAG refuses Airflow's own backfill (``allowed_run_types`` has every run type
+but ``backfill``, so ``airflow backfill create``, the REST API and the UI refuse it before any run
+exists). Epochs form one chain that only moves forward from the latest checkpoint; a run for a past
+interval would not reprocess that interval but start a new epoch at an old time. To reprocess
+history, use the ``epochal_backfill`` DAG: it forks the job from a savepoint into a new job id with
+its own sinks (docs/operations.md, "Backfill").
+
 Building a DAG imports the job module to learn its id but touches no storage.
 """
 
@@ -26,8 +33,15 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import DAG, Asset, AssetAny, Param
+from airflow.sdk.api.datamodels._generated import DagRunType  # what DAG(allowed_run_types=) takes
 
 from epochal_airflow.config import EpochalSettings
+from epochal_airflow.operators.approval import (
+    APPROVAL_TASK_ID,
+    PLAN_TASK_ID,
+    RestoreApprovalOperator,
+    RestorePlanOperator,
+)
 from epochal_airflow.operators.checkpoint import (
     ApplyRetentionOperator,
     CompleteCheckpointOperator,
@@ -46,6 +60,10 @@ from epochal_airflow.operators.state import (
 
 log = logging.getLogger(__name__)
 START = pendulum.datetime(2023, 11, 14, tz="UTC")
+
+
+EPOCH_RUN_TYPES = tuple(t for t in DagRunType if t is not DagRunType.BACKFILL)
+"""Every Airflow run type but ``backfill``: see the module docstring."""
 
 
 def dag_id_for(job_id: str) -> str:
@@ -100,6 +118,7 @@ def build_epoch_dag(job_ref: str, settings: EpochalSettings) -> DAG:
         start_date=START,
         catchup=False,
         max_active_runs=1,
+        allowed_run_types=EPOCH_RUN_TYPES,
         default_args=settings.restart.task_args(),
         tags=["epochal", job.job_id],
         doc_md=__doc__,
@@ -125,7 +144,7 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
         "conn_id": settings.conn_id,
     }
 
-    def manual(dag_id: str, description: str, params: dict[str, Param]) -> DAG:
+    def manual(dag_id: str, description: str, params: dict[str, Param], doc_md: str | None = None) -> DAG:
         return DAG(
             dag_id=dag_id,
             description=description,
@@ -136,6 +155,7 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
             params={"job": job_param, **params},
             tags=["epochal"],
             render_template_as_native_obj=False,
+            doc_md=doc_md,
         )
 
     with manual(
@@ -158,7 +178,8 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
         )
     with manual(
         "epochal_restore",
-        "Restore a job from latest, a checkpoint id or a savepoint location",
+        "Restore a job from latest, a checkpoint id or a savepoint location; a plan that loses "
+        "something waits for a person's approval",
         {
             "source": Param("latest", type="string", description="latest | checkpoint id | savepoint URI"),
             "allow_non_restored_state": Param(False, type="boolean"),
@@ -166,18 +187,38 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
             "parallelism": Param(None, type=["null", "integer"], minimum=1),
             "claim_mode": Param("NO_CLAIM", type="string", enum=["NO_CLAIM", "CLAIM"]),
             "dry_run": Param(True, type="boolean"),
+            "auto_approve": Param(
+                True,
+                type="boolean",
+                description="apply a plan that loses nothing without waiting; a plan that drops "
+                "state, rescales, maps uids or rewinds always waits for a person",
+            ),
+            "approval_timeout_minutes": Param(
+                1440,
+                type=["null", "number"],
+                exclusiveMinimum=0,
+                description="an approval not given within this time is a rejection (null: wait forever)",
+            ),
         },
+        doc_md=approval_doc(),
     ) as restore:
-        RestoreOperator(
-            task_id="restore",
-            source="{{ params.source }}",
-            uid_map="{{ params.uid_map | tojson }}",
-            parallelism="{{ params.parallelism }}",
-            claim_mode="{{ params.claim_mode }}",
-            dry_run="{{ params.dry_run }}",
-            allow_non_restored_state="{{ params.allow_non_restored_state }}",
+        plan_args: dict[str, Any] = {
+            "source": "{{ params.source }}",
+            "uid_map": "{{ params.uid_map | tojson }}",
+            "parallelism": "{{ params.parallelism }}",
+            "claim_mode": "{{ params.claim_mode }}",
+            "dry_run": "{{ params.dry_run }}",
+            "allow_non_restored_state": "{{ params.allow_non_restored_state }}",
             **common,
+        }
+        plan = RestorePlanOperator(task_id=PLAN_TASK_ID, **plan_args)
+        approve = RestoreApprovalOperator(
+            task_id=APPROVAL_TASK_ID,
+            auto_approve="{{ params.auto_approve }}",
+            timeout_minutes="{{ params.approval_timeout_minutes }}",
         )
+        apply = RestoreOperator(task_id="restore", plan_task_id=PLAN_TASK_ID, **plan_args)
+        plan >> approve >> apply
     with manual(
         "epochal_backfill",
         "Fork a job from a savepoint into a new job id and reprocess into its own sinks",
@@ -216,6 +257,12 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
         )
         retain >> audit
     return [savepoint, restore, backfill, maintenance]
+
+
+def approval_doc() -> str:
+    from epochal_airflow.operators import approval
+
+    return approval.__doc__ or ""
 
 
 def build_all(settings: EpochalSettings | None = None) -> dict[str, DAG]:

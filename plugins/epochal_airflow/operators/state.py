@@ -7,18 +7,27 @@ dict (the restore plan as JSON) and logs one summary line.
 
 from __future__ import annotations
 
-import json
+import dataclasses
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from airflow.sdk.exceptions import AirflowException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, TaskDeferred
 
 from epochal_airflow.config import snapshot_roots
 from epochal_airflow.hooks.store import EpochalRuntime
+from epochal_airflow.operators.approval import (
+    APPROVAL_TASK_ID,
+    PlanTicket,
+    RestorePlanOperator,
+    is_true,
+    plan_ticket,
+)
 from epochal_airflow.operators.checkpoint import EpochalOperator
 
 if TYPE_CHECKING:
     from airflow.sdk import Context
+
+APPROVE = "Approve"  # ApprovalOperator.APPROVE
 
 
 class TriggerSavepointOperator(EpochalOperator):
@@ -48,61 +57,102 @@ class TriggerSavepointOperator(EpochalOperator):
         return self.summary("savepoint", **info)
 
 
-class RestoreOperator(EpochalOperator):
-    template_fields: Sequence[str] = (
-        "job_ref",
-        "store_uri",
-        "conn_id",
-        "source",
-        "uid_map",
-        "parallelism",
-        "claim_mode",
-        "plan_only",
-        "allow_non_restored_state",
-    )
+class RestoreOperator(RestorePlanOperator):
+    """Restore the job (``spark_jobs.lifecycle.restore``) under its lease.
+
+    With ``plan_task_id`` (the ``epochal_restore`` DAG) it applies the plan of that task as approved
+    by ``approval_task_id`` -- exactly as shown after a person's approval, else refused with one
+    line before anything is written; see :mod:`epochal_airflow.operators.approval`. Without it, it
+    plans and applies in one step (a dry run only plans, without the lease)."""
 
     def __init__(
         self,
         *,
-        source: str = "latest",
-        uid_map: Any = "{}",
-        parallelism: Any = None,
-        claim_mode: str = "NO_CLAIM",
-        dry_run: Any = False,
-        allow_non_restored_state: Any = False,
+        plan_task_id: str | None = None,
+        approval_task_id: str = APPROVAL_TASK_ID,
         **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
-        self.source, self.uid_map, self.parallelism = source, uid_map, parallelism
-        self.claim_mode = claim_mode
-        self.plan_only = dry_run  # not ``dry_run``: BaseOperator has a method of that name
-        self.allow_non_restored_state = allow_non_restored_state
+        self.plan_task_id, self.approval_task_id = plan_task_id, approval_task_id
+        self._ticket: PlanTicket | None = None
+        self._by_person = False
 
     def execute(self, context: Context, event: Any = None) -> Any:
-        if str(self.plan_only).lower() == "true":  # a dry run changes nothing: no lease
-            return self.execute_leased(context, self.runtime(context))
-        return super().execute(context, event)
+        if self.plan_task_id is None:
+            if is_true(self.plan_only):  # a dry run changes nothing: no lease
+                return self.execute_leased(context, self.runtime(context))
+            return EpochalOperator.execute(self, context, event)
+        ti = context["ti"]
+        self._ticket = PlanTicket.from_xcom(ti.xcom_pull(task_ids=self.plan_task_id), self.plan_task_id)
+        approval = ti.xcom_pull(task_ids=self.approval_task_id) or {}
+        if APPROVE not in approval.get("chosen_options", []):
+            raise AirflowFailException(
+                f"restore of job {self._ticket.job_id} was not approved in task {self.approval_task_id!r}: "
+                "nothing was restored"
+            )
+        self._by_person = not approval.get("auto_approved", False)
+        if self._by_person:  # refuse before the lease is even taken: nothing at all is written
+            self.check_approved_plan(context, self.runtime(context))
+        return EpochalOperator.execute(self, context, event)
+
+    def hold_lease(self, context: Context, rt: EpochalRuntime) -> Any:
+        """A person approved a plan of the job as it was: a busy job is refused, not waited for."""
+        if not self._by_person:
+            return super().hold_lease(context, rt)
+        try:
+            return super().hold_lease(context, rt)
+        except TaskDeferred:
+            raise AirflowFailException(self.busy_refusal(rt.job.job_id, "another actor")) from None
+
+    def busy_refusal(self, job_id: str, who: str) -> str:
+        return (
+            f"job {job_id} is busy ({who} holds its lease) since its restore plan was approved: nothing "
+            "was restored; trigger epochal_restore again once it is free to review a new plan"
+        )
+
+    def check_approved_plan(self, context: Context, rt: EpochalRuntime) -> None:
+        """Refuse (one line) unless the job and the plan are still as the person approved them."""
+        from state_store.clocks import SystemClock
+        from state_store.core import JobRecords
+        from state_store.core.lease import describe
+        from state_store.core.restore import plan_from_json
+
+        assert self._ticket is not None
+        record = JobRecords(rt.store, rt.job.job_id).read()
+        lease = record.lease if record is not None else None
+        mine = f"airflow:{context['ti'].dag_id}:{context['run_id']}"
+        if lease is not None and lease.holder != mine and lease.expires_ms > SystemClock().now_ms():
+            raise AirflowFailException(self.busy_refusal(rt.job.job_id, describe(lease)))
+        request = dataclasses.replace(self.request(), source=self._ticket.source, dry_run=True)
+        now = plan_ticket(rt, request, self.new_parallelism(), context["run_id"])
+        refusal = self._ticket.refusal(now.position, plan_from_json(now.plan))
+        if refusal is not None:
+            raise AirflowFailException(refusal)
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
-        from spark_jobs.lifecycle.restore import RestoreRequest, restore
+        from spark_jobs.lifecycle.restore import restore
         from spark_jobs.lifecycle.restore_render import render_plan
 
-        uid_map = self.uid_map if isinstance(self.uid_map, dict) else json.loads(self.uid_map or "{}")
-        parallelism = int(self.parallelism) if self.parallelism not in (None, "", "None") else None
-        request = RestoreRequest(
-            source=str(self.source),
-            uid_map=uid_map,
-            claim_mode=str(self.claim_mode),
-            dry_run=str(self.plan_only).lower() == "true",
-            allow_non_restored_state=str(self.allow_non_restored_state).lower() == "true",
-            roots=snapshot_roots(),
-        )
+        request = self.request()
+        if self._ticket is not None:
+            request = dataclasses.replace(request, dry_run=False)
+            if self._by_person:  # again under the lease: nothing can change between check and import
+                request = dataclasses.replace(request, source=self._ticket.source)
+                self.check_approved_plan(context, rt)
+            else:
+                now = plan_ticket(rt, request, self.new_parallelism(), context["run_id"])
+                if now.lossy:
+                    raise AirflowFailException(
+                        f"the restore plan of job {rt.job.job_id} now loses something ({now.losses[0]}) "
+                        "but was approved automatically as lossless: nothing was restored; trigger "
+                        "epochal_restore again to review and approve it"
+                    )
         report = restore(
             rt.job,
             rt.store_uri,
             rt.clock,
             request,
-            parallelism=parallelism,
+            parallelism=self.new_parallelism(),
             request_id=context["run_id"],
             lease_token=rt.token,
             kill=rt.kill,
@@ -111,7 +161,12 @@ class RestoreOperator(EpochalOperator):
         if not report.plan.ok:
             raise AirflowException(f"restore refused: {report.plan.refusals[0]}")
         return self.summary(
-            "restore", dry_run=request.dry_run, checkpoint_id=report.checkpoint_id, plan=report.plan.to_json()
+            "restore",
+            dry_run=request.dry_run,
+            source=request.source,
+            approved_by_person=self._by_person,
+            checkpoint_id=report.checkpoint_id,
+            plan=report.plan.to_json(),
         )
 
 
