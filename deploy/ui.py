@@ -15,14 +15,22 @@
    group, SIGKILL to what is left after :data:`GRACE_S`, then every process still in one of their
    sessions (a task process that made a group of its own): nothing started here outlives it.
 
-Invariant: every process this starts is in a session whose id is the pid of a component it started,
-and :meth:`Supervisor.stop` returns only when no process of those sessions is alive.
+One ``make ui`` per Airflow home: a second one (another terminal, another port) is refused with one
+line naming the first one's pid (:func:`hold_home`), so two schedulers never share one SQLite file.
+The database is always ``<home>/airflow.db`` (an ``AIRFLOW__DATABASE__SQL_ALCHEMY_CONN`` in the shell or
+a stale ``airflow.cfg`` of a moved checkout is never used).
+
+Invariant: every process this starts (``airflow db migrate`` included) is in a session whose id is the
+pid of a process it started, registered with signals held (a Ctrl-C cannot orphan one), and
+:meth:`Supervisor.stop` returns only when no process of those sessions is alive.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import fcntl
 import json
 import os
 import secrets
@@ -32,16 +40,19 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
+from typing import IO
 
 ROOT = Path(__file__).resolve().parents[1]
 USER = "admin"
 COMPONENTS = ("api-server", "scheduler", "dag-processor", "triggerer")
 GRACE_S = 20.0
 READY_TIMEOUT_S = 240.0
+AIRFLOW = str(Path(sys.executable).parent / "airflow")
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 SIMPLE_AUTH = "airflow.api_fastapi.auth.managers.simple.simple_auth_manager.SimpleAuthManager"
 
 
@@ -85,11 +96,38 @@ def check_port(port: int, host: str = "127.0.0.1") -> None:
         try:
             s.bind((host, port))
         except OSError as exc:
-            why = "another process listens on it" if exc.errno == errno.EADDRINUSE else exc.strerror
+            if exc.errno != errno.EADDRINUSE:
+                raise UiError(
+                    f"make ui: port {port} on {host} cannot be used ({exc.strerror}): pick another port, "
+                    f"e.g. `make ui PORT={8080 if port < 1024 else port + 1}`"
+                ) from None
             raise UiError(
-                f"make ui: port {port} on {host} is taken ({why}): stop that process or pick another "
-                f"port, e.g. `make ui PORT={port + 1}`"
+                f"make ui: port {port} on {host} is taken (another process listens on it): stop that "
+                f"process or pick another port, e.g. `make ui PORT={port + 1}`"
             ) from None
+
+
+def hold_home(home: Path, port: int) -> IO[str]:
+    """An exclusive lock on ``<home>/epochal_ui.lock`` for as long as the returned file is open
+    (the kernel drops it when this process dies, however it dies); UiError naming the holder's pid
+    when another ``make ui`` runs on the same home."""
+    home.mkdir(parents=True, exist_ok=True)
+    lock = (home / "epochal_ui.lock").open("a+")
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.seek(0)
+        holder = lock.read().strip() or "unknown pid"
+        lock.close()
+        raise UiError(
+            f"make ui: another `make ui` already runs on {home} ({holder}): use that one, or stop it "
+            "(Ctrl-C in its terminal) before starting another"
+        ) from None
+    lock.seek(0)
+    lock.truncate()
+    lock.write(f"pid {os.getpid()}, port {port}")
+    lock.flush()
+    return lock
 
 
 def ensure_password(path: Path, user: str = USER) -> str:
@@ -114,6 +152,9 @@ def airflow_env(
     env = {
         **base,
         "AIRFLOW_HOME": str(setup.home),
+        "AIRFLOW_CONFIG": str(setup.home / "airflow.cfg"),
+        # this home's own database, whatever the shell or an airflow.cfg of a moved checkout says
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{setup.home / 'airflow.db'}",
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
@@ -161,22 +202,39 @@ class Supervisor:
     env: dict[str, str]
     logs: Path
     port: int
-    airflow: str = str(Path(sys.executable).parent / "airflow")
-    grace_s: float = GRACE_S
+    airflow: str = field(default_factory=lambda: AIRFLOW)
+    grace_s: float = field(default_factory=lambda: GRACE_S)
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    helpers: list[subprocess.Popen[bytes]] = field(default_factory=list)
+    """One-off commands (``airflow db migrate``), stopped and swept like the components."""
+
+    def _spawn(self, args: list[str], log: str) -> subprocess.Popen[bytes]:
+        """Start ``args`` in a session of its own; the caller registers it with signals held."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        with (self.logs / f"{log}.log").open("ab") as out:
+            return subprocess.Popen(
+                args,
+                env=self.env,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+
+    def migrate(self) -> None:
+        """``airflow db migrate`` (RuntimeError with its log's tail when it fails)."""
+        with _signals_held():
+            proc = self._spawn([self.airflow, "db", "migrate"], "db-migrate")
+            self.helpers.append(proc)
+        if proc.wait() != 0:
+            raise RuntimeError(
+                f"`airflow db migrate` failed (exit {proc.returncode}): {self.tail('db-migrate')}"
+            )
 
     def start(self) -> None:
-        self.logs.mkdir(parents=True, exist_ok=True)
         for name in COMPONENTS:
-            with (self.logs / f"{name}.log").open("ab") as out:
-                self.procs[name] = subprocess.Popen(
-                    component_command(self.airflow, name, self.port),
-                    env=self.env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                    start_new_session=True,
-                )
+            with _signals_held():
+                self.procs[name] = self._spawn(component_command(self.airflow, name, self.port), name)
 
     def dead(self) -> str | None:
         """The name of a component that exited, or None."""
@@ -206,15 +264,16 @@ class Supervisor:
 
     def stop(self) -> None:
         """SIGTERM every component's group, SIGKILL what is left after ``grace_s``, then sweep sessions."""
-        sids = {p.pid for p in self.procs.values()}
-        for p in self.procs.values():
+        started = [*self.procs.values(), *self.helpers]
+        sids = {p.pid for p in started}
+        for p in started:
             _signal_group(p.pid, signal.SIGTERM)
         deadline = time.monotonic() + self.grace_s
         while time.monotonic() < deadline and (
-            any(p.poll() is None for p in self.procs.values()) or session_members(sids)
+            any(p.poll() is None for p in started) or session_members(sids)
         ):
             time.sleep(0.2)
-        for p in self.procs.values():
+        for p in started:
             _signal_group(p.pid, signal.SIGKILL)
         for _ in range(50):
             left = session_members(sids)
@@ -226,8 +285,18 @@ class Supervisor:
                 except ProcessLookupError:
                     pass
             time.sleep(0.1)
-        for p in self.procs.values():
+        for p in started:
             p.wait(timeout=10)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Ctrl-C, SIGTERM and SIGHUP wait until the block ends (a process is started *and* registered)."""
+    signal.pthread_sigmask(signal.SIG_BLOCK, SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, SIGNALS)
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
@@ -255,7 +324,11 @@ def main(argv: list[str] | None = None) -> int:
         print(exc.message, file=sys.stderr)
         return 2
     setup = choose_setup(ROOT, os.environ)
-    setup.home.mkdir(parents=True, exist_ok=True)
+    try:
+        lock = hold_home(setup.home, args.port)
+    except UiError as exc:
+        print(exc.message, file=sys.stderr)
+        return 2
     setup.store.mkdir(parents=True, exist_ok=True)
     env = airflow_env(setup, args.port, os.environ)
     password = ensure_password(Path(env["AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE"]))
@@ -268,16 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         f"make ui: Airflow home {setup.home} -- {source}; store {env['EPOCHAL_STORE_URI']}; jobs {setup.jobs}"
     )
     supervisor = Supervisor(env, setup.home / "logs" / "ui", args.port)
-    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+    for sig in SIGNALS:
         signal.signal(sig, _raise_stop)
     code = 0
     try:
-        migrate = subprocess.run(
-            [supervisor.airflow, "db", "migrate"], env=env, capture_output=True, text=True, check=False
-        )
-        if migrate.returncode != 0:
-            print(f"make ui: `airflow db migrate` failed: {migrate.stderr.strip()[-1500:]}", file=sys.stderr)
-            return 1
+        supervisor.migrate()
         supervisor.start()
         supervisor.wait_ready()
         url = f"http://127.0.0.1:{args.port}"
@@ -299,9 +367,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"make ui: {exc}", file=sys.stderr)
         code = 1
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        for sig in SIGNALS:
             signal.signal(sig, signal.SIG_IGN)
         supervisor.stop()
+        lock.close()
     print("make ui: stopped; nothing is left running.", flush=True)
     return code
 

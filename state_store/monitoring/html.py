@@ -178,6 +178,8 @@ def sparkline(points: Sequence[tuple[int, float]], fmt: Callable[[float], str] =
         f'<svg class="trend" width="{w}" height="{h}" viewBox="0 0 {w} {h}" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{esc(title)}</title>"
         f'<polyline fill="none" stroke="#017cee" stroke-width="1.5" points="{coords}"/>'
+        f'<circle cx="{coords.rsplit(" ", 1)[-1].split(",")[0]}" cy="{coords.rsplit(",", 1)[-1]}" r="2" '
+        'fill="#017cee"/>'  # the newest point, visible even when it is the only one
         f"</svg> {esc(fmt(ys[-1]))}"
     )
 
@@ -382,6 +384,11 @@ def _charts(stats: JobStats) -> str:
 
 def _pager(stats: JobStats, offset: int, limit: int, status: str | None, links: Links) -> str:
     total = stats.count(status)
+    if offset >= total > 0:  # past the end (a stale link after retention, a hand-edited offset)
+        parts = [f"no checkpoints on this page: there are {total}"]
+        back = max(0, (total - 1) // limit * limit)
+        parts.append(_a(links.page(back, status), "newer") or "newer")
+        return f'<p class="pager">{" · ".join(parts)}</p>'
     parts = [f"checkpoints {min(offset + 1, total)}-{min(offset + limit, total)} of {total}, newest first"]
     if offset > 0:
         parts.append(_a(links.page(max(0, offset - limit), status), "newer"))

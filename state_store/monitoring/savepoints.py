@@ -1,7 +1,8 @@
 """The savepoints of a job as the Checkpoints view lists them (``<job>/savepoints/<name>/_metadata.json``).
 
-Reads each manifest's envelope through the codec (kind ``savepoint``); a manifest that does not decode
-is listed with its error, never hidden. Reads only.
+Reads each manifest's envelope through the codec (kind ``savepoint``); a manifest that does not decode,
+or a folder whose name is no savepoint name (the store's keys allow more), is listed with its error,
+never hidden; a savepoint deleted between the listing and the read is not listed. Reads only.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from state_store.core.codec import ManifestError, decode_document
-from state_store.core.layout import JobLayout
+from state_store.core.layout import InvalidNameError, JobLayout
 from state_store.core.ports import ObjectNotFound, ObjectStore
 
 KIND = "savepoint"
@@ -40,12 +41,16 @@ def list_savepoints(store: ObjectStore, job_id: str) -> list[SavepointInfo]:
         name, _, tail = rest.partition("/")
         if tail != "_metadata.json":
             continue
-        location = f"{store.uri.rstrip('/')}/{layout.savepoint_dir(name).rstrip('/')}"
+        location = f"{store.uri.rstrip('/')}/{layout.savepoints_prefix}{name}"
         try:
+            layout.savepoint_dir(name)
             raw = store.get(info.key).data
             body = decode_document(raw, KIND, _Body, key=info.key).body
-        except (ManifestError, ObjectNotFound) as exc:
-            found.append(SavepointInfo(name, location, None, info.modified_ms, "?", str(exc)))
+        except ObjectNotFound:
+            continue  # deleted since the listing: gone, not broken
+        except (ManifestError, InvalidNameError) as exc:
+            why = f"not a valid savepoint name: {exc}" if isinstance(exc, InvalidNameError) else str(exc)
+            found.append(SavepointInfo(name, location, None, info.modified_ms, "?", why))
             continue
         checkpoint = body.get("checkpoint_id")
         created = body.get("created_ms")

@@ -11,15 +11,21 @@ Routes (all require an authenticated Airflow user, exactly like the rest of the 
   / ``epochal_backfill`` conf prefilled from a savepoint; the POST triggers the DAG through Airflow's
   own REST API (``POST /api/v2/dags/{dag_id}/dagRuns``) with the user's own token (their session
   cookie or bearer token), so Airflow decides whether this user may trigger it, and shows the
-  result. (Airflow 3.3's UI has no URL that opens its trigger form with a conf prefilled.) A POST
-  from another origin is refused (403).
+  result. (Airflow 3.3's UI has no URL that opens its trigger form with a conf prefilled.) CSRF: a
+  POST is refused (403) unless it proves it comes from this site -- ``Sec-Fetch-Site`` not cross-site,
+  an ``Origin`` (else ``Referer``) whose host is this request's host (``Origin: null`` never is), and
+  with neither header only a request whose token is an ``Authorization`` header (not a cookie a browser
+  attaches by itself). The user's token goes only to the API server this app runs in (the local socket
+  address, never the request's ``Host`` header). The body must be the form (urlencoded UTF-8).
 * ``GET /api/jobs``, ``/api/jobs/{job}``, ``/api/jobs/{job}/checkpoints``,
   ``/api/jobs/{job}/checkpoints/{id}``, ``/api/jobs/{job}/configuration``, ``/api/jobs/{job}/savepoints``
   -- the same data as JSON
   (OpenAPI document at ``/openapi.json``, docs at ``/docs``).
 
 Bad input (a job id that is not a safe name, an unknown checkpoint, a bad page) is a 400/404 whose
-``detail`` is one line naming the value and the remedy. The app never writes to storage.
+``detail`` is one line naming the value and the remedy (a bad query value on the HTML routes is a 422
+with such a line; the JSON API keeps the 422 body its OpenAPI document declares). The app never writes
+to storage.
 """
 
 from __future__ import annotations
@@ -29,10 +35,12 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import Annotated, Any
-from urllib.parse import parse_qs, quote, urlencode
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from fastapi import Depends, FastAPI, HTTPException, Path, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.exception_handlers import request_validation_exception_handler
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 
 from epochal_airflow.ui import URL_PREFIX, schemas
 from epochal_airflow.ui import trigger as trigger_pages
@@ -57,6 +65,34 @@ SavepointName = Annotated[
     str, Query(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$")
 ]
 TRIGGER_DAGS = {"restore": "epochal_restore", "backfill": "epochal_backfill"}
+FORM = "application/x-www-form-urlencoded"
+REMEDIES = {"savepoint": "pick one from the Savepoints tab", "tab": f"use one of {', '.join(render.TABS)}"}
+
+
+def cross_site(request: Request) -> str | None:
+    """Why a state-changing request may come from another site (None: it provably does not)."""
+    headers = request.headers
+    host = headers.get("host", "")
+    if headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return f"the browser says it comes from a {headers['sec-fetch-site']} page"
+    for name in ("origin", "referer"):
+        if (value := headers.get(name)) is not None:
+            if value == "null" or urlsplit(value).netloc != host:
+                return f"its {name.capitalize()} is {value!r}, not this site ({host})"
+            return None
+    if not headers.get("authorization"):
+        return "it carries neither Origin nor Referer, and a cookie a browser sends by itself"
+    return None
+
+
+def own_origin(request: Request) -> str:
+    """The API server this app runs in, by its local socket address (never the ``Host`` header,
+    which the client chooses): where the user's token may go."""
+    server = request.scope.get("server")
+    if not server:
+        return f"{request.url.scheme}://{request.url.netloc}"
+    host, port = server
+    return f"{request.url.scheme}://{f'[{host}]' if ':' in str(host) else host}:{port}"
 
 
 def dag_id_for(job_id: str) -> str:
@@ -157,6 +193,17 @@ def create_app(
         code = 404 if "not in storage" in str(exc) else 400
         return JSONResponse({"detail": str(exc)}, status_code=code)
 
+    @app.exception_handler(RequestValidationError)
+    async def _bad_query(request: Request, exc: RequestValidationError) -> Response:
+        path, root = request.scope.get("path", ""), request.scope.get("root_path", "")
+        if not path.removeprefix(root).startswith("/checkpoints"):  # the JSON API: its declared 422
+            return await request_validation_exception_handler(request, exc)
+        error = exc.errors()[0]
+        name = str(error["loc"][-1])
+        remedy = REMEDIES.get(name, "follow a link of the Checkpoints pages")
+        detail = f"{name} {error.get('input')!r} is invalid ({error['msg']}): {remedy}"
+        return JSONResponse({"detail": " ".join(detail.split())}, status_code=422)
+
     @app.exception_handler(StoreError)
     async def _store_error(request: Request, exc: StoreError) -> JSONResponse:
         return JSONResponse({"detail": f"the job's storage could not be read: {exc}"}, status_code=503)
@@ -184,7 +231,9 @@ def create_app(
             back=f"{job_url}?tab=history",
             tab=lambda name: f"{job_url}?tab={name}",
             job=lambda j: f"{root}/checkpoints/{quote(j)}",
-            action=lambda kind, sp: f"{job_url}/trigger/{kind}?{urlencode({'savepoint': sp.name})}",
+            action=lambda kind, sp: (  # a savepoint that does not decode offers no action
+                None if sp.error else f"{job_url}/trigger/{kind}?{urlencode({'savepoint': sp.name})}"
+            ),
         )
 
     def configuration(stats: JobStats) -> dict[str, Any]:
@@ -259,6 +308,13 @@ def create_app(
             raise HTTPException(
                 404, f"savepoint {name!r} of job {job_id} does not exist: pick one from the Savepoints tab"
             )
+        if found.error:
+            why = " ".join(found.error.split())
+            raise HTTPException(
+                409,
+                f"savepoint {name!r} of job {job_id} does not decode ({why}): nothing can be restored or "
+                "backfilled from it; pick another from the Savepoints tab",
+            )
         return found
 
     @app.get("/checkpoints/{job_id}/trigger/{kind}", response_class=HTMLResponse, include_in_schema=False)
@@ -272,29 +328,55 @@ def create_app(
     async def trigger_submit(
         request: Request, job_id: JobId, kind: TriggerKind, savepoint: SavepointName
     ) -> HTMLResponse:
-        origin = f"{request.url.scheme}://{request.url.netloc}"
-        if request.headers.get("origin") not in (None, "null", origin):
+        if (why := cross_site(request)) is not None:
             raise HTTPException(
-                403, f"a trigger must come from this Airflow's own pages ({origin}), not from another site"
+                403, f"a trigger must come from this Airflow's own pages, not from another site: {why}"
             )
         sp = savepoint_named(job_id, savepoint)
-        fields = {k: v[-1] for k, v in parse_qs((await request.body()).decode()).items()}
+        dag_id = TRIGGER_DAGS[kind]
+        kind_of_body = request.headers.get("content-type", "").split(";")[0].strip().lower()
+        if kind_of_body != FORM:
+            raise HTTPException(
+                415,
+                f"the trigger takes the form's fields ({FORM}), not {kind_of_body or 'no content type'}: "
+                f"submit the form on this page, or POST JSON to Airflow's /api/v2/dags/{dag_id}/dagRuns",
+            )
+        try:
+            raw = (await request.body()).decode("utf-8")
+            fields = {k: v[-1] for k, v in parse_qs(raw, errors="strict").items()}
+        except UnicodeDecodeError:
+            raise HTTPException(
+                400, "the trigger form's body is not UTF-8: submit the form on this page"
+            ) from None
         try:
             conf = trigger_pages.conf_of(kind, job_id, sp, fields)
         except ValueError as exc:
             raise HTTPException(400, str(exc)) from None
-        token = request.cookies.get("_token") or request.headers.get("authorization", "").removeprefix(
-            "Bearer "
-        )
-        dag_id = TRIGGER_DAGS[kind]
+        bearer = request.headers.get("authorization", "")
+        token = request.cookies.get("_token") or (bearer[7:] if bearer[:7].lower() == "bearer " else "")
+        if not token.strip():
+            raise HTTPException(
+                401,
+                "this request carries no Airflow token (the _token cookie or a Bearer header): "
+                "log in to Airflow again and resubmit",
+            )
+        target = own_origin(request)
         import httpx
 
-        async with httpx.AsyncClient(timeout=30) as client:
-            answer = await client.post(
-                f"{origin}/api/v2/dags/{quote(dag_id)}/dagRuns",
-                json={"logical_date": None, "conf": conf},
-                headers={"Authorization": f"Bearer {token}"},
-            )
+        try:
+            async with httpx.AsyncClient(timeout=30) as client:
+                answer = await client.post(
+                    f"{target}/api/v2/dags/{quote(dag_id)}/dagRuns",
+                    json={"logical_date": None, "conf": conf},
+                    headers={"Authorization": f"Bearer {token}"},
+                )
+        except httpx.HTTPError as exc:
+            reason = " ".join(str(exc).split()) or type(exc).__name__
+            raise HTTPException(
+                502,
+                f"Airflow's REST API at {target} did not answer ({reason}): "
+                "check that the api-server runs, then resubmit",
+            ) from None
         try:
             body = answer.json()
         except ValueError:

@@ -36,7 +36,7 @@ def conf_of(kind: str, job_id: str, sp: SavepointInfo, fields: Mapping[str, str]
             "use letters, digits, '_', '.', '-' (up to 128), e.g. backfill"
         )
     epochs = fields.get("epochs", "").strip()
-    if not epochs.isdigit() or not 1 <= int(epochs) <= 100_000:
+    if not (epochs.isascii() and epochs.isdigit()) or not 1 <= int(epochs) <= 100_000:
         raise ValueError(f"epochs {epochs!r} is invalid: use a whole number from 1 to 100000")
     return {"job": job_id, "savepoint": sp.location, "new_job_id": new_job_id, "epochs": int(epochs)}
 
