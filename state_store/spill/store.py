@@ -1,0 +1,337 @@
+"""One subtask's keyed value state on local disk under a memory budget: a write buffer and sorted runs.
+
+Writes go to an in-memory write buffer (Arrow batches of key group, key, value; a delete is a null
+value, a tombstone). When the buffer reaches an eighth of the memory budget it is sorted by (key
+group, key), deduplicated (the last write of a key wins) and written as a new run file
+(``runs``). Reads look at the buffer, then at the runs newest first, one key group at a time.
+Too many runs trigger a size-tiered compaction that merges runs key group by key group.
+
+    put/delete --> write buffer --(budget/8 reached, or snapshot)--> run file (immutable)
+                                                                      |
+                     runs > max_runs: merge the small runs (or all) --+--> one run, old files
+                                                                            deleted after the
+                                                                            next snapshot
+
+Invariants:
+
+* Memory: the store holds at most the write buffer (budget/8 plus the last batch put), its sorted
+  copies while flushing,
+  and the batches of ONE key group of the runs being read or merged. The budget must therefore
+  exceed a few times the largest key group of a run (a key group is 1/max_parallelism of the state).
+* Newest wins: for every (key group, key) the value is the one of the latest put/delete; the list
+  of runs is ordered oldest first and a later run (or the buffer) shadows an earlier one.
+* Only key groups of the store's range are read, written or listed; a run adopted from a subtask
+  of another parallelism may hold other key groups, which are ignored and dropped by compaction
+  (a rescale adopts files, it does not rewrite them).
+* The files of the latest snapshot stay on disk until the next snapshot, whatever compaction does,
+  so they can be uploaded asynchronously and adopted by a restore on this machine.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from state_store.core.errors import BadInputError
+from state_store.core.keygroups import KeyGroupRange
+from state_store.spill.runs import RunFile, RunReader, schema, write_run
+from state_store.spill.snapshots import SnapshotRun, SpillSnapshot
+
+BINARY = pa.binary()
+MIN_BUDGET = 1 << 20
+"""Smallest accepted memory budget (1 MiB)."""
+_KG = "kg"
+_SEQ = "seq"
+
+
+class SpillStore:
+    """Value state by (key group, key) for one subtask: batched get/put/delete, key-group iteration,
+    snapshots as run-file lists. Create a fresh one with the constructor, a restored one with
+    :func:`state_store.spill.restore.restore`."""
+
+    def __init__(
+        self,
+        directory: Path,
+        key_group_range: KeyGroupRange,
+        *,
+        memory_budget_bytes: int,
+        key_type: pa.DataType = BINARY,
+        value_type: pa.DataType = BINARY,
+        max_runs: int = 4,
+        _runs: Sequence[tuple[RunReader, RunFile]] = (),
+    ) -> None:
+        if memory_budget_bytes < MIN_BUDGET:
+            raise BadInputError(
+                f"state memory budget {memory_budget_bytes} bytes is too small:"
+                " set state_memory_mb to at least 1"
+            )
+        directory.mkdir(parents=True, exist_ok=True)
+        if not _runs and any(directory.iterdir()):
+            raise BadInputError(
+                f"spill directory {directory} is not empty:"
+                " restore it from its snapshot or delete the directory"
+            )
+        self.directory = directory
+        self.key_group_range = key_group_range
+        self.budget = memory_budget_bytes
+        self.key_type = key_type
+        self.value_type = value_type
+        self.max_runs = max_runs
+        self._schema = pa.schema(
+            [(_KG, pa.int32()), ("key", key_type), ("value", value_type), (_SEQ, pa.int64())]
+        )
+        self._runs: list[tuple[RunReader, RunFile]] = list(_runs)
+        self._seq = 1 + max((r.seq for r, _ in self._runs), default=0)
+        self._buffer: list[pa.RecordBatch] = []
+        self._buffer_bytes = 0
+        self._writes = 0
+        self._snapshot_files: set[str] = {f.name for _, f in self._runs}
+        self._obsolete: list[Path] = []
+        self.peak_buffer_bytes = 0
+
+    # ------------------------------------------------------------------------------------ writes
+    def put(self, key_groups: np.ndarray, keys: pa.Array, values: pa.Array) -> None:
+        """Set ``values[i]`` for (``key_groups[i]``, ``keys[i]``); values must not be null."""
+        if values.null_count:
+            raise BadInputError("spill put: a value is null; delete the key with SpillStore.delete instead")
+        self._append(key_groups, keys, values)
+
+    def delete(self, key_groups: np.ndarray, keys: pa.Array) -> None:
+        """Remove (``key_groups[i]``, ``keys[i]``); deleting an absent key is a no-op."""
+        self._append(key_groups, keys, pa.nulls(len(keys), self.value_type))
+
+    def _append(self, key_groups: np.ndarray, keys: pa.Array, values: pa.Array) -> None:
+        kgs = self._checked_key_groups(key_groups, len(keys))
+        if not keys.type.equals(self.key_type) or not values.type.equals(self.value_type):
+            raise BadInputError(
+                f"spill store holds {self.key_type} keys and {self.value_type} values, got {keys.type} and "
+                f"{values.type}: cast the columns first"
+            )
+        if keys.null_count:
+            raise BadInputError("spill store: a key is null; keys must be non-null")
+        seq = pa.array(np.arange(self._writes, self._writes + len(keys), dtype=np.int64))
+        self._writes += len(keys)
+        batch = pa.record_batch([pa.array(kgs), keys, values, seq], schema=self._schema)
+        self._buffer.append(batch)
+        self._buffer_bytes += batch.nbytes
+        self.peak_buffer_bytes = max(self.peak_buffer_bytes, self._buffer_bytes)
+        if self._buffer_bytes * 8 >= self.budget:
+            self.flush()
+
+    def _checked_key_groups(self, key_groups: np.ndarray, n: int) -> np.ndarray:
+        kgs = np.asarray(key_groups, dtype=np.int32)
+        if kgs.shape != (n,):
+            raise BadInputError(
+                f"spill store: {kgs.shape} key groups for {n} keys; pass one key group per key"
+            )
+        r = self.key_group_range
+        if n and (int(kgs.min()) < r.first or int(kgs.max()) > r.last):
+            bad = int(kgs[(kgs < r.first) | (kgs > r.last)][0])
+            raise BadInputError(
+                f"key group {bad} is outside this subtask's range {r.first}..{r.last}:"
+                " route the key to its owner"
+            )
+        return kgs
+
+    def flush(self) -> None:
+        """Write the buffer as one sorted run (no-op when empty); compact when there are too many runs."""
+        if not self._buffer:
+            return
+        table = _newest_per_key(pa.Table.from_batches(self._buffer, self._schema))
+        self._buffer, self._buffer_bytes = [], 0
+        parts = list(_split_by_key_group(table))
+        self._write_run([kg for kg, _ in parts], (b for _, b in parts))
+        if len(self._runs) > self.max_runs:
+            self.compact()
+        _release()
+
+    def _write_run(self, key_groups: list[int], batches: Iterator[pa.RecordBatch]) -> None:
+        sch = schema(self.key_type, self.value_type, key_groups)
+        file = write_run(
+            self.directory, self._seq, sch, key_groups, (b.cast(sch.remove_metadata()) for b in batches)
+        )
+        self._runs.append((RunReader(self.directory / file.name, self._seq, self.key_group_range), file))
+        self._seq += 1
+
+    def compact(self, everything: bool = False) -> None:
+        """Size-tiered: merge the runs after the first (the base) into one; merge all of them (and drop
+        tombstones) when those add up to half the base or more, or when ``everything``."""
+        if len(self._runs) < 2:
+            return
+        base, rest = self._runs[0], self._runs[1:]
+        merge_all = everything or 2 * sum(f.size for _, f in rest) >= base[1].size
+        merging = self._runs if merge_all else rest
+        groups = sorted({kg for r, _ in merging for kg in r.key_groups if kg in self.key_group_range})
+        self._runs = [] if merge_all else [base]
+        # a generator: one key group of the merged runs in memory at a time
+        self._write_run(groups, (self._merged(kg, merging, drop_tombstones=merge_all) for kg in groups))
+        for reader, file in merging:
+            reader.close()
+            self._obsolete.append(self.directory / file.name)
+        self._delete_obsolete()
+        _release()
+
+    def _merged(
+        self, key_group: int, runs: Sequence[tuple[RunReader, RunFile]], drop_tombstones: bool
+    ) -> pa.RecordBatch:
+        """The newest entry per key of ``key_group`` over ``runs`` (oldest first), sorted by key."""
+        parts = []
+        for i, (reader, _) in enumerate(runs):
+            b = reader.batch(key_group)
+            if b is not None:
+                seq = pa.array(np.full(b.num_rows, i, dtype=np.int64))
+                kg = pa.array(np.full(b.num_rows, key_group, dtype=np.int32))
+                parts.append(pa.record_batch([kg, b.column(0), b.column(1), seq], schema=self._schema))
+        if not parts:
+            return pa.record_batch(
+                [pa.array([], self.key_type), pa.array([], self.value_type)], names=["key", "value"]
+            )
+        table = _newest_per_key(pa.Table.from_batches(parts, self._schema))
+        if drop_tombstones:
+            table = table.filter(pc.is_valid(table.column("value")))
+        return pa.record_batch(
+            [table.column("key").combine_chunks(), table.column("value").combine_chunks()],
+            names=["key", "value"],
+        )
+
+    def _delete_obsolete(self) -> None:
+        keep = []
+        for path in self._obsolete:
+            if path.name in self._snapshot_files:
+                keep.append(path)
+            else:
+                path.unlink(missing_ok=True)
+        self._obsolete = keep
+
+    # ------------------------------------------------------------------------------------- reads
+    def get(self, key_groups: np.ndarray, keys: pa.Array) -> pa.Array:
+        """The value of each (``key_groups[i]``, ``keys[i]``), null where the key has none."""
+        kgs = self._checked_key_groups(key_groups, len(keys))
+        buffered = (
+            _newest_per_key(pa.Table.from_batches(self._buffer, self._schema)) if self._buffer else None
+        )
+        buf_parts = dict(_split_by_key_group(buffered)) if buffered is not None else {}
+        positions: list[np.ndarray] = []
+        found: list[pa.Array] = []
+        order = np.argsort(kgs, kind="stable")
+        for kg, idx in _groups(kgs[order], order):
+            want = keys.take(pa.array(idx))
+            todo = np.ones(len(idx), dtype=bool)
+            sources = [buf_parts.get(kg)] + [r.batch(kg) for r, _ in reversed(self._runs)]
+            for batch in sources:
+                if batch is None or not todo.any():
+                    continue
+                hit = pc.index_in(want, value_set=batch.column("key")).to_numpy(zero_copy_only=False)
+                new = todo & ~np.isnan(hit.astype(np.float64))
+                if new.any():
+                    positions.append(idx[new])
+                    found.append(batch.column("value").take(pa.array(hit[new].astype(np.int64))))
+                    todo &= ~new
+        _release()
+        if not positions:
+            return pa.nulls(len(keys), self.value_type)
+        pos = np.concatenate(positions)
+        vals = pa.concat_arrays(found)
+        missing = np.setdiff1d(np.arange(len(keys)), pos, assume_unique=True)
+        allpos = np.concatenate([pos, missing])
+        allvals = pa.concat_arrays([vals, pa.nulls(len(missing), self.value_type)])
+        return allvals.take(pa.array(np.argsort(allpos, kind="stable")))
+
+    def key_groups(self) -> list[int]:
+        """The key groups of this store's range that have entries in runs or the buffer (maybe deleted)."""
+        groups = {kg for r, _ in self._runs for kg in r.key_groups}
+        for b in self._buffer:
+            groups.update(int(kg) for kg in np.unique(b.column(0).to_numpy()))
+        return sorted(kg for kg in groups if kg in self.key_group_range)
+
+    def items(self, key_group_range: KeyGroupRange | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
+        """(key group, batch of live ``key``/``value`` sorted by key) for every non-empty key group of
+        ``key_group_range`` (default: the store's), ascending. One key group in memory at a time."""
+        wanted = (
+            self.key_group_range
+            if key_group_range is None
+            else self.key_group_range.intersect(key_group_range)
+        )
+        self.flush()
+        for kg in self.key_groups():
+            if kg in wanted:
+                batch = self._merged(kg, self._runs, drop_tombstones=True)
+                if batch.num_rows:
+                    yield kg, batch
+
+    # ---------------------------------------------------------------------------------- snapshot
+    def snapshot(self) -> SpillSnapshot:
+        """Flush, then list the run files. They stay on disk until the next snapshot."""
+        self.flush()
+        runs = tuple(
+            SnapshotRun(f, self.key_group_range if r.only is None else r.only) for r, f in self._runs
+        )
+        self._snapshot_files = {r.file.name for r in runs}
+        self._delete_obsolete()
+        return SpillSnapshot(self.key_group_range, self.key_type, self.value_type, runs)
+
+    @property
+    def buffer_bytes(self) -> int:
+        """Bytes held by the write buffer now (the store's own memory accounting)."""
+        return self._buffer_bytes
+
+    @property
+    def disk_bytes(self) -> int:
+        """Bytes of the live run files (not counting files kept only for the latest snapshot)."""
+        return sum(f.size for _, f in self._runs)
+
+    def close(self) -> None:
+        for reader, _ in self._runs:
+            reader.close()
+        self._runs = []
+
+    def __repr__(self) -> str:
+        r = self.key_group_range
+        return f"SpillStore({os.fspath(self.directory)!r}, {r.first}..{r.last}, runs={len(self._runs)})"
+
+
+def _release() -> None:
+    """Hand freed Arrow memory back to the OS (mimalloc, Arrow's default pool, keeps it otherwise:
+    measured 2x the budget in peak RSS without this)."""
+    pa.default_memory_pool().release_unused()
+
+
+def _newest_per_key(table: pa.Table) -> pa.Table:
+    """Sort by (kg, key, seq) and keep the last row of every (kg, key)."""
+    table = table.sort_by([(_KG, "ascending"), ("key", "ascending"), (_SEQ, "ascending")])
+    n = table.num_rows
+    if n < 2:
+        return table
+    kg, key = table.column(_KG).combine_chunks(), table.column("key").combine_chunks()
+    differs = pc.or_(
+        pc.not_equal(kg.slice(1), kg.slice(0, n - 1)), pc.not_equal(key.slice(1), key.slice(0, n - 1))
+    ).to_numpy(zero_copy_only=False)
+    last = np.append(differs, True)
+    return table.filter(pa.array(last))
+
+
+def _split_by_key_group(table: pa.Table) -> Iterator[tuple[int, pa.RecordBatch]]:
+    """(kg, key/value batch) per key group of a table sorted by kg."""
+    kgs = table.column(_KG).to_numpy()
+    for kg, idx in _groups(kgs, np.arange(len(kgs))):
+        part = table.slice(int(idx[0]), len(idx))
+        yield (
+            kg,
+            pa.record_batch(
+                [part.column("key").combine_chunks(), part.column("value").combine_chunks()],
+                names=["key", "value"],
+            ),
+        )
+
+
+def _groups(sorted_kgs: np.ndarray, idx: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
+    if not len(sorted_kgs):
+        return
+    bounds = np.flatnonzero(np.diff(sorted_kgs)) + 1
+    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(sorted_kgs)], strict=True):
+        yield int(sorted_kgs[lo]), idx[lo:hi]

@@ -1,0 +1,169 @@
+"""The spill store holds exactly what a dict holds, across put/delete/flush/compaction/snapshot/
+restore/rescale by key-group ranges (hypothesis drives the sequence)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from state_store.core.keygroups import KeyGroupRange, key_group_of
+from state_store.spill import RunFile, SpillSnapshot, SpillStore, restore
+
+MAX_P = 8
+FULL = KeyGroupRange(0, MAX_P - 1)
+KEYS = [f"k{i}".encode() for i in range(24)]
+BUDGET = 1 << 20
+
+keys_st = st.sampled_from(KEYS)
+op_st = st.one_of(
+    st.tuples(st.just("put"), st.lists(st.tuples(keys_st, st.integers(-5, 5)), min_size=1, max_size=8)),
+    st.tuples(st.just("delete"), st.lists(keys_st, min_size=1, max_size=4)),
+    st.tuples(st.just("flush"), st.none()),
+    st.tuples(st.just("compact"), st.booleans()),
+    st.tuples(st.just("restore"), st.booleans()),  # True: into the same directory (adopt local files)
+    st.tuples(st.just("rescale"), st.integers(1, MAX_P - 1)),
+)
+
+
+def kg(key: bytes) -> int:
+    return key_group_of(key, MAX_P)
+
+
+class Remote:
+    """A directory standing in for the checkpoint store: shipped files by name."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        root.mkdir()
+        self.shipped_bytes = 0
+
+    def ship(self, store: SpillStore, snap: SpillSnapshot, base: SpillSnapshot | None) -> None:
+        for f in snap.changed_since(base):
+            if not (self.root / f.name).exists():
+                shutil.copyfile(store.directory / f.name, self.root / f.name)
+                self.shipped_bytes += f.size
+
+    def fetch(self) -> Callable[[RunFile, Path], None]:
+        return lambda f, path: shutil.copyfile(self.root / f.name, path)
+
+
+def put(store: SpillStore, items: list[tuple[bytes, int]]) -> None:
+    store.put(
+        np.array([kg(k) for k, _ in items]),
+        pa.array([k for k, _ in items], pa.binary()),
+        pa.array([v for _, v in items], pa.int64()),
+    )
+
+
+def contents(store: SpillStore) -> dict[bytes, int]:
+    out: dict[bytes, int] = {}
+    for group, batch in store.items():
+        for k, v in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=True):
+            assert kg(k) == group
+            out[k] = v
+    return out
+
+
+def lookups(store: SpillStore) -> dict[bytes, int]:
+    mine = [k for k in KEYS if kg(k) in store.key_group_range]
+    values = store.get(
+        np.array([kg(k) for k in mine], dtype=np.int32), pa.array(mine, pa.binary())
+    ).to_pylist()
+    return {k: v for k, v in zip(mine, values, strict=True) if v is not None}
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=st.lists(op_st, max_size=25))
+def test_spill_store_matches_a_dict_model(tmp_path_factory: object, ops: list[tuple[str, object]]) -> None:
+    tmp = Path(tmp_path_factory.mktemp("spill"))  # type: ignore[attr-defined]
+    remote = Remote(tmp / "remote")
+    store = SpillStore(
+        tmp / "s0", FULL, memory_budget_bytes=BUDGET, key_type=pa.binary(), value_type=pa.int64(), max_runs=2
+    )
+    model: dict[bytes, int] = {}
+    snap: SpillSnapshot | None = None
+    snap_model: dict[bytes, int] = {}
+    dirs = iter(range(1, 1000))
+    for op, arg in ops:
+        if op == "put":
+            items = list(arg)  # type: ignore[call-overload]
+            put(store, items)
+            model.update(items)
+        elif op == "delete":
+            gone = list(arg)  # type: ignore[call-overload]
+            store.delete(np.array([kg(k) for k in gone]), pa.array(gone, pa.binary()))
+            for k in gone:
+                model.pop(k, None)
+        elif op == "flush":
+            store.flush()
+        elif op == "compact":
+            store.flush()
+            store.compact(everything=bool(arg))
+        elif op == "restore":  # snapshot, ship, then crash and restore from the shipped snapshot
+            new = store.snapshot()
+            remote.ship(store, new, snap)
+            snap, snap_model = new, dict(model)
+            store.close()
+            where = store.directory if arg else tmp / f"s{next(dirs)}"
+            store, stats = restore(
+                where, [(snap, remote.fetch())], FULL, memory_budget_bytes=BUDGET, max_runs=2
+            )
+            assert bool(arg) or not stats.adopted
+            model = dict(snap_model)
+        elif op == "rescale":  # 1 -> 2 subtasks at ``split``, both change state, then 2 -> 1
+            split = int(arg)  # type: ignore[call-overload]
+            new = store.snapshot()
+            remote.ship(store, new, snap)
+            store.close()
+            halves = []
+            for r in (KeyGroupRange(0, split - 1), KeyGroupRange(split, MAX_P - 1)):
+                half, _ = restore(
+                    tmp / f"s{next(dirs)}", [(new, remote.fetch())], r, memory_budget_bytes=BUDGET
+                )
+                items = [(k, 100 + i) for i, k in enumerate(KEYS) if kg(k) in r][:3]
+                if items:
+                    put(half, items)
+                    model.update(items)
+                half_snap = half.snapshot()
+                remote.ship(half, half_snap, new)
+                halves.append(half_snap)
+                half.close()
+            store, _ = restore(
+                tmp / f"s{next(dirs)}",
+                [(h, remote.fetch()) for h in halves],
+                FULL,
+                memory_budget_bytes=BUDGET,
+                max_runs=2,
+            )
+            snap = None
+        assert lookups(store) == model
+    assert contents(store) == model
+    store.close()
+
+
+def test_a_rescaled_subtask_never_reads_key_groups_it_does_not_own(tmp_path: Path) -> None:
+    """Both halves adopt the same file; a change in one half must not be shadowed by the other's copy."""
+    remote = Remote(tmp_path / "remote")
+    store = SpillStore(tmp_path / "a", FULL, memory_budget_bytes=BUDGET, value_type=pa.int64())
+    put(store, [(k, 1) for k in KEYS])
+    base = store.snapshot()
+    remote.ship(store, base, None)
+    low, high = KeyGroupRange(0, 3), KeyGroupRange(4, 7)
+    a, _ = restore(tmp_path / "low", [(base, remote.fetch())], low, memory_budget_bytes=BUDGET)
+    b, _ = restore(tmp_path / "high", [(base, remote.fetch())], high, memory_budget_bytes=BUDGET)
+    changed = [k for k in KEYS if kg(k) in low]
+    put(a, [(k, 2) for k in changed])
+    snaps = [a.snapshot(), b.snapshot()]
+    for s, st_ in zip(snaps, (a, b), strict=True):
+        remote.ship(st_, s, base)
+    merged, stats = restore(
+        tmp_path / "merged", [(s, remote.fetch()) for s in snaps], FULL, memory_budget_bytes=BUDGET
+    )
+    assert lookups(merged) == {k: (2 if k in changed else 1) for k in KEYS}
+    assert set(stats.fetched) == {f.name for s in snaps for f in s.files}
