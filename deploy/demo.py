@@ -1,14 +1,23 @@
 """``make demo``: the example pipeline end to end on the embedded default -- local store, Spark
-``local[*]``, real Airflow with SQLite (``airflow dags test``) -- including one injected failure.
+``local[*]``, real Airflow with SQLite (``airflow dags test``) -- on real time, with one injected
+failure that Airflow records.
 
 1. a fresh AIRFLOW_HOME under ``.demo/`` and ``airflow db migrate``;
-2. epochs 1..N of ``epochal_clickstream``, one DAG run each (logical date = the epoch's end);
-3. the run of epoch 2 is killed inside ``run_epoch`` after its acks (``EPOCHAL_FAULT=after_ack``,
-   the worker process dies); the next run aborts the dead run's checkpoint and recovers;
+2. DAG runs of ``epochal_clickstream``, each with the moment it starts as its logical date (real
+   time: an epoch is the input since the previous run, about 20 s), so the checkpoints' dates are
+   today's, their durations (wall-clock, recorded beside the logical time) and Airflow's run
+   durations are true; the clicks begin ``LEAD_MS`` before the first run, so its windows close
+   (:func:`demo_job`: the clickstream example, its start shared by every process through
+   ``EPOCHAL_DEMO_START_MS``);
+3. the run of epoch ``--fail-epoch`` raises inside ``run_epoch`` after its acks
+   (``EPOCHAL_FAULT=after_ack``, mode ``raise``): the task fails and Airflow records the failed DAG
+   run, whose id the aborted checkpoint keeps (the Checkpoints view links to it); the next run aborts
+   that checkpoint and recovers, re-reading its input;
 4. ``epochal_savepoint`` takes savepoint ``demo``; ``epochal_restore`` restores the job from it
-   (its plan is printed) and one more epoch runs from the restored state -- every epoch's
+   (its whole plan is printed) and one more epoch runs from the restored state -- every epoch's
    ``validate`` task checks the checkpoint with Great Expectations;
-5. the checkpoint history and the latest committed window counts are printed.
+5. the checkpoint history and the latest committed window counts are printed, then how to look at
+   it all in Airflow's UI (``make ui``).
 """
 
 from __future__ import annotations
@@ -22,15 +31,53 @@ import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-STEP_MS = 10_000
+LEAD_MS = 15_000
+"""The clicks begin this long before the first DAG run (its epoch then closes a 10 s window)."""
+START_ENV = "EPOCHAL_DEMO_START_MS"
+JOB_REF = "deploy.demo:demo_job"
+UI_URL = "http://127.0.0.1:8080/"
 
 
-def logical_date(epoch: int) -> str:
-    from spark_jobs.sources.generator import DEFAULT_START_MS
+def demo_job(**options: Any) -> Any:
+    """The clickstream example whose clicks start at ``$EPOCHAL_DEMO_START_MS`` (the demo sets it
+    for every process it starts; else ``.demo/start_ms``, which the demo writes, so ``make ui``
+    loads the same job; else now)."""
+    from spark_jobs.examples.clickstream import build_job
 
-    return datetime.fromtimestamp((DEFAULT_START_MS + epoch * STEP_MS) / 1000, tz=UTC).isoformat()
+    value = os.environ.get(START_ENV) or _saved_start()
+    start_ms = int(value) if value else time.time_ns() // 1_000_000
+    return build_job(start_ms=start_ms, events_per_second=100, **options)
+
+
+def _saved_start() -> str:
+    saved = ROOT / ".demo" / "start_ms"
+    return saved.read_text().strip() if saved.is_file() else ""
+
+
+def logical_date() -> str:
+    """A DAG run's logical date: now (``airflow dags test`` also takes it as the run's start)."""
+    return datetime.now(tz=UTC).isoformat(timespec="milliseconds")
+
+
+def task_lines(output: str) -> list[str]:
+    """The ``epochal ...`` summary lines the tasks logged (without Airflow's log decoration)."""
+    return [
+        line.split("epochal ", 1)[1].split(" [airflow")[0]
+        for line in output.splitlines()
+        if "epochal " in line and " [airflow.task" in line and "epochal progress" not in line
+    ]
+
+
+def restore_plan(output: str) -> list[str]:
+    """The whole restore plan the ``epochal_restore`` DAG logged: one log record of several lines,
+    which Airflow's console log ends with the logger's name (`` [airflow.task...]``)."""
+    if "epochal restore plan:" not in output:
+        return []
+    text = output.split("epochal restore plan:", 1)[1].split(" [airflow", 1)[0]
+    return [line.rstrip() for line in text.splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     shutil.rmtree(base, ignore_errors=True)
     (base / "airflow").mkdir(parents=True)
     store_uri = (base / "store").as_uri()
+    start_ms = time.time_ns() // 1_000_000 - LEAD_MS
+    (base / "start_ms").write_text(str(start_ms))
     env = {
         **os.environ,
         "AIRFLOW_HOME": str(base / "airflow"),
@@ -51,53 +100,51 @@ def main(argv: list[str] | None = None) -> int:
         "AIRFLOW__CORE__DAGS_FOLDER": str(ROOT / "dags"),
         "AIRFLOW__CORE__PLUGINS_FOLDER": str(ROOT / "plugins"),
         "PYTHONPATH": os.pathsep.join([str(ROOT / "plugins"), str(ROOT)]),
-        "EPOCHAL_JOBS": "clickstream",
+        "EPOCHAL_JOBS": JOB_REF,
         "EPOCHAL_STORE_URI": store_uri,
         "EPOCHAL_EXECUTOR": args.executor,
         "EPOCHAL_RESTART": "none",
         "PYSPARK_PYTHON": sys.executable,
+        START_ENV: str(start_ms),
     }
     airflow = str(Path(sys.executable).parent / "airflow")
     began = time.monotonic()
-    print(f"Epochal demo: Airflow home {base / 'airflow'}, store {store_uri}, executor {args.executor}")
+    print(
+        f"Epochal demo: Airflow home {base / 'airflow'}, store {store_uri}, executor {args.executor}, "
+        "real time (each DAG run's logical date is when it starts)"
+    )
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True)
-    epoch, runs = 1, 0
+
+    def dag_run(dag_id: str, extra: dict[str, str] | None = None, conf: str = "") -> tuple[str, int, str]:
+        date = logical_date()
+        command = [airflow, "dags", "test", dag_id, date] + (["-c", conf] if conf else [])
+        result = subprocess.run(command, env={**env, **(extra or {})}, capture_output=True, text=True)
+        return date, result.returncode, result.stdout + result.stderr
+
+    epoch, run = 1, 0
     while epoch <= args.epochs:
-        fault = {"EPOCHAL_FAULT": f"after_ack@{epoch}", "EPOCHAL_FAULT_MODE": "exit"} \
-            if runs == args.fail_epoch - 1 else {}  # fmt: skip
-        result = subprocess.run(
-            [airflow, "dags", "test", "epochal_clickstream", logical_date(epoch)],
-            env={**env, **fault},
-            capture_output=True,
-            text=True,
-        )
-        runs += 1
-        log = base / f"run-{runs}.log"
-        log.write_text(result.stdout + result.stderr)
-        summary = [
-            line.split("epochal ", 1)[1].split(" [airflow")[0]
-            for line in (result.stdout + result.stderr).splitlines()
-            if "] epochal " in f"] {line}" and "epochal " in line and " [airflow.task" in line
-        ]
-        state = "ok" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
-        print(f"\nDAG run {runs} (epoch {epoch}, logical date {logical_date(epoch)}): {state}  log: {log}")
-        for line in summary:
+        run += 1
+        fault = {"EPOCHAL_FAULT": f"after_ack@{epoch}", "EPOCHAL_FAULT_MODE": "raise"} \
+            if epoch == args.fail_epoch and run == epoch else {}  # fmt: skip
+        date, code, output = dag_run("epochal_clickstream", fault)
+        log = base / f"run-{run}.log"
+        log.write_text(output)
+        state = "ok" if code == 0 else "FAILED"
+        print(f"\nDAG run {run} (epoch {epoch}, logical date {date[:19]}): {state}  log: {log}")
+        for line in task_lines(output):
             print(f"  {line}")
         if fault:
-            print("  -> injected: the worker died after the acks of this epoch; the next run recovers")
+            print(
+                "  -> injected: run_epoch raised after the epoch's acks; Airflow recorded the failed task "
+                "and DAG run; the next run aborts its checkpoint and recovers"
+            )
         else:
             epoch += 1
 
     def manual(dag_id: str, conf: str) -> str:
-        result = subprocess.run(
-            [airflow, "dags", "test", dag_id, logical_date(args.epochs), "-c", conf],
-            env=env,
-            capture_output=True,
-            text=True,
-        )
-        output = result.stdout + result.stderr
+        _, code, output = dag_run(dag_id, conf=conf)
         (base / f"{dag_id}.log").write_text(output)
-        state = "ok" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
+        state = "ok" if code == 0 else "FAILED"
         print(f"\nDAG run {dag_id} {conf}: {state}  log: {base / (dag_id + '.log')}")
         return output
 
@@ -105,21 +152,14 @@ def main(argv: list[str] | None = None) -> int:
     location = f"{store_uri}/clickstream/savepoints/demo"
     print(f"  savepoint written to {location} (Parquet + JSON manifest, readable without Epochal)")
     logs = manual("epochal_restore", json.dumps({"source": location, "dry_run": False}))
-    plan = logs.split("epochal restore plan:", 1)[-1].split("[airflow", 1)[0].strip().splitlines()
-    print("  restore plan:\n    " + "\n    ".join(line for line in plan[:8]))
-    result = subprocess.run(
-        [airflow, "dags", "test", "epochal_clickstream", logical_date(args.epochs + 1)],
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    print(
-        f"\nDAG run (epoch {args.epochs + 1}, from the restored state): "
-        f"{'ok' if result.returncode == 0 else 'FAILED'}"
-    )
-    for line in (result.stdout + result.stderr).splitlines():
-        if "] epochal " in f"] {line}" and " [airflow.task" in line:
-            print("  " + line.split("epochal ", 1)[1].split(" [airflow")[0])
+    print("  restore plan:\n    " + "\n    ".join(restore_plan(logs)))
+    run += 1
+    _, code, output = dag_run("epochal_clickstream")
+    (base / f"run-{run}.log").write_text(output)
+    state = "ok" if code == 0 else "FAILED"
+    print(f"\nDAG run {run} (epoch {args.epochs + 1}, from the restored state): {state}")
+    for line in task_lines(output):
+        print(f"  {line}")
 
     from spark_jobs.cli import format_history
     from spark_jobs.sinks import read_committed
@@ -127,12 +167,17 @@ def main(argv: list[str] | None = None) -> int:
     from state_store.storage import open_store
 
     store = open_store(store_uri)
-    print("\ncheckpoint history (retained checkpoints and the aborted one):")
+    print("\ncheckpoint history (retained checkpoints and the aborted one; durations are wall-clock):")
     print(format_history(checkpoint_history(store, "clickstream")))
     table = read_committed(store, "clickstream", "page-counts-sink").to_pandas()
     print(f"\ncommitted output of page-counts-sink: {len(table)} window rows; the latest:")
-    print(table.sort_values(["window_start", "page"]).tail(8).drop(columns=["_ts"]).to_string(index=False))
+    columns = [c for c in table.columns if not c.startswith("_")]
+    print(table.sort_values(["window_start", "page"]).tail(8)[columns].to_string(index=False))
     print(f"\ndone in {time.monotonic() - began:.0f} s")
+    print(
+        "\nNext: look at what the demo did in Airflow's UI -- the DAG runs (the failed one included), "
+        f"their task logs and the Checkpoints view:\n  make ui      then open {UI_URL}"
+    )
     return 0
 
 

@@ -1,7 +1,8 @@
 """``make ui``: the Airflow UI on this machine, with the project's DAGs, plugin and store, in one command.
 
 1. choose the setting (:func:`choose_setup`): the demo's Airflow home ``.demo/airflow`` with its store
-   ``.demo/store`` and ``EPOCHAL_JOBS=clickstream`` when ``make demo`` left them, else a fresh home under
+   ``.demo/store`` and ``EPOCHAL_JOBS=deploy.demo:demo_job`` (the demo's job on its own start time, so a run
+   triggered in the UI continues the demo's clock) when ``make demo`` left them, else a fresh home under
    ``.ui/`` (its own SQLite database and store); ``EPOCHAL_*`` variables already set win;
 2. refuse a port another process listens on (one line naming the port and ``make ui PORT=...``);
 3. one login for the simple auth manager: user ``admin``, a random password kept in
@@ -77,11 +78,15 @@ class Setup:
     from_demo: bool
 
 
+DEMO_JOB = "deploy.demo:demo_job"
+"""The job ``make demo`` ran (``deploy/demo.py``): clickstream on the demo's start (``.demo/start_ms``)."""
+
+
 def choose_setup(root: Path, env: Mapping[str, str]) -> Setup:
     """The demo's home and store when both exist (``make demo`` ran), else a fresh ``.ui/``."""
     demo = root / ".demo"
     if (demo / "airflow").is_dir() and (demo / "store").is_dir():
-        return Setup(demo / "airflow", demo / "store", env.get("EPOCHAL_JOBS", "clickstream"), True)
+        return Setup(demo / "airflow", demo / "store", env.get("EPOCHAL_JOBS", DEMO_JOB), True)
     return Setup(
         root / ".ui" / "airflow", root / ".ui" / "store", env.get("EPOCHAL_JOBS", "clickstream"), False
     )

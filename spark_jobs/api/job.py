@@ -10,6 +10,7 @@ Example (the shape of ``spark_jobs/examples/clickstream.py``)::
 
 Record-level functions are vectorized: ``map``/``flat_map`` take and return a ``pyarrow.RecordBatch``
 and ``filter`` returns a boolean array for the batch. Per-record Python is the slow path.
+``spark`` (right after a source) hands each epoch's cut to Spark SQL as a DataFrame.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from spark_jobs.api.specs import (
     ProcessSpec,
     SinkSpec,
     SourceSpec,
+    SparkSpec,
     StepSpec,
     WindowSpec,
 )
@@ -125,6 +127,31 @@ class DataStream:
 
     def _then(self, name: str, spec: StepSpec, uid: str | None = None) -> Step:
         return self.job.graph.add(Step(name, spec, uid=uid, inputs=[self.step]))
+
+    def spark(
+        self, fn: Callable[[Any], Any], *, schema: pa.Schema | None = None, name: str = "spark"
+    ) -> DataStream:
+        """A stateless Spark SQL stage right after a source: ``fn(df) -> DataFrame`` runs on each
+        epoch's cut of the source (filters, projections, joins with any table Spark can read), on
+        the driver's Spark session, before the rest of the chain. ``fn`` must be deterministic
+        (same cut, same rows) and keep the source's event time column; ``schema`` (Arrow) is the
+        output's, checked every epoch (None: inferred once per process). See
+        ``spark_jobs.runtime.spark_stage``."""
+        if not callable(fn):
+            raise JobDefinitionError(
+                f"spark step {name!r}: fn={fn!r} is not callable: pass fn(df) -> DataFrame"
+            )
+        if schema is not None and not isinstance(schema, pa.Schema):
+            raise JobDefinitionError(
+                f"spark step {name!r}: schema={schema!r} is not a pyarrow.Schema: "
+                "pass pa.schema([...]) or None"
+            )
+        if not isinstance(self.step.spec, SourceSpec):
+            raise JobDefinitionError(
+                f"spark step {name!r} follows {self.step.describe()}: a spark step reads an epoch's cut, "
+                "so call .spark(...) right after job.source(...)"
+            )
+        return DataStream(self.job, self._then(name, SparkSpec(fn, schema)))
 
     def map(self, fn: BatchFn, *, name: str = "map") -> DataStream:
         return DataStream(self.job, self._then(name, MapSpec(fn)))

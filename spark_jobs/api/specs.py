@@ -3,7 +3,7 @@
 ``Job``, ``DataStream`` and ``KeyedStream`` build these; the graph (``graph.Step``), the runtime
 and the lifecycle read their fields and ask them questions instead of reading magic keys::
 
-    kind          source | key_by | map | filter | async | process | window | dedup | connect | sink
+    kind          source | spark | key_by | map | filter | async | process | window | dedup | connect | sink
     stateful      the step has a uid and acknowledges every checkpoint (sources, sinks, keyed steps)
     keyed         the step needs keyed input (a key_by or connect before it)
     restorable    a restore maps snapshot state onto it (sources: positions; keyed steps: keyed state)
@@ -83,6 +83,19 @@ class SourceSpec(StepSpec):
 
     def state_kinds(self) -> dict[str, str]:
         return dict(SOURCE_STATE)
+
+
+@dataclass(frozen=True, slots=True)
+class SparkSpec(StepSpec):
+    """``.spark(fn, schema=)`` right after a source: a stateless DataFrame stage. Spark runs
+    ``fn(DataFrame) -> DataFrame`` on each epoch's cut of the source, on the driver's session,
+    before the rest of the chain (``spark_jobs.runtime.spark_stage``). ``schema``: the output's
+    Arrow schema (None: inferred from the first epoch a process runs, then checked)."""
+
+    kind: ClassVar[str] = "spark"
+
+    fn: Callable[..., Any]
+    schema: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +229,7 @@ class SinkSpec(StepSpec):
 
 STEP_SPECS: tuple[type[StepSpec], ...] = (
     SourceSpec,
+    SparkSpec,
     KeyBySpec,
     MapSpec,
     FilterSpec,

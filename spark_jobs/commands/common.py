@@ -1,5 +1,12 @@
 """What several subcommands share: where the store is, an existing job in it, the job's lease,
-the fault a drill asked for, and the simulated clock.
+the fault a drill asked for, and the job's clock.
+
+Clocks (``state_store.clocks``, docs/clocks.md): ``--clock wall`` (real time; ``run``'s default) or
+``--clock simulated --time-step-ms N`` (``--time-step-ms N`` alone is shorthand for it;
+``--replay-cut`` is ``--time-step-ms 0``: the next epoch re-reads the cut of the last trigger, how a
+crashed epoch is replayed). ``savepoint`` and ``restore`` default to the job's recorded clock, so a
+restore of a simulated job stamps its import on the simulated clock. A clock other than the job's
+is refused in one line before anything changes.
 
 Store URIs: ``--store`` wins, else ``EPOCHAL_STORE_URI`` (the entry point passes the environment in
 ``args.env``); a value without a scheme is a local folder (``./store`` -> ``file:///abs/store``);
@@ -11,6 +18,7 @@ from __future__ import annotations
 import argparse
 import difflib
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -110,16 +118,115 @@ def check_time_step(args: argparse.Namespace) -> None:
     if step is not None and not 0 <= step <= MAX_TIME_STEP_MS:
         raise UsageError(
             f"--time-step-ms {step} is invalid: use 0..{MAX_TIME_STEP_MS} (at most a year of simulated "
-            "time per epoch; 0 replays the same cut)"
+            "time per epoch; --replay-cut replays the same cut)"
         )
 
 
 def simulated_clock(store: Any, job_id: str, start_ms: int) -> Any:
-    """A clock that resumes where the job's newest checkpoint left off (simulated event time)."""
+    """A clock that resumes where the job's newest checkpoint left off (simulated event time):
+    the newest trigger time in the job's history, else ``start_ms`` (its logical clock stands still
+    while an epoch runs, so the newest trigger is where the job's time is)."""
     from state_store.clocks import ManualClock
 
     rows = checkpoint_history(store, job_id)
     return ManualClock(max([start_ms, *(r.trigger_ms for r in rows)]))
+
+
+@dataclass(frozen=True, slots=True)
+class ClockChoice:
+    """What the command line asked for: a clock kind (None: the command's default) and the
+    simulated step per epoch (0 with ``--replay-cut``)."""
+
+    kind: Any  # state_store.clocks.ClockKind | None
+    step_ms: int
+
+
+SIMULATED_REMEDY = (
+    "run it with --clock simulated --time-step-ms N (e.g. 10000), or --replay-cut to replay the last "
+    "cut (see docs/clocks.md)"
+)
+WALL_REMEDY = (
+    "leave out --clock simulated, --time-step-ms and --replay-cut: this job runs on real time "
+    "(see docs/clocks.md)"
+)
+
+
+def clock_choice(args: argparse.Namespace, *, needs_step: bool) -> ClockChoice:
+    """``--clock``/``--time-step-ms``/``--replay-cut`` checked together (one line per mistake).
+    ``needs_step``: a simulated clock must be told how far each epoch moves it (``run``)."""
+    from state_store.clocks import ClockKind
+
+    check_time_step(args)
+    kind_name = getattr(args, "clock", None)
+    step = getattr(args, "time_step_ms", None)
+    replay = bool(getattr(args, "replay_cut", False))
+    if replay:
+        if kind_name == "wall":
+            raise UsageError("--replay-cut replays a cut on the simulated clock: leave out --clock wall")
+        if step not in (None, 0):
+            raise UsageError(
+                f"--replay-cut re-reads the last cut (a step of 0): leave out --time-step-ms {step}"
+            )
+        return ClockChoice(ClockKind.SIMULATED, 0)
+    if kind_name == "wall":
+        if step is not None:
+            raise UsageError(
+                f"--time-step-ms {step} moves a simulated clock: add --clock simulated, or leave it out "
+                "to run on real time"
+            )
+        return ClockChoice(ClockKind.WALL, 0)
+    if kind_name == "simulated" or step is not None:
+        if step is None and needs_step:
+            raise UsageError(
+                "--clock simulated needs --time-step-ms N (simulated time per epoch, e.g. 10000), or "
+                "--replay-cut to replay the last cut"
+            )
+        return ClockChoice(ClockKind.SIMULATED, step or 0)
+    return ClockChoice(None, 0)
+
+
+def job_clock(
+    store: Any,
+    job_id: str,
+    choice: ClockChoice,
+    *,
+    command: str,
+    default: Any = None,
+    record: bool = False,
+) -> tuple[Any, Any]:
+    """The clock ``command`` stamps job ``job_id`` with, and its kind: ``choice``'s kind, else
+    ``default`` (a ClockKind), else the job's recorded clock, else the wall clock. Another kind
+    than the recorded one is a one-line ClockMismatchError (exit 2) naming the remedy. ``record``:
+    record the kind now if the job has none; callers rather call :func:`record_job_clock` once the
+    command did its work, so a command that fails leaves nothing behind. A simulated clock resumes
+    where the job's history left off (:func:`simulated_clock`) and is not advanced here."""
+    from spark_jobs.sources.generator import DEFAULT_START_MS
+    from state_store.clocks import ClockKind, SystemClock, ensure_clock, read_clock
+
+    kind = choice.kind if choice.kind is not None else default
+    if kind is None:
+        recorded = read_clock(store, job_id)
+        kind = recorded.kind if recorded is not None else ClockKind.WALL
+    ensure_clock(
+        store,
+        job_id,
+        kind,
+        recorded_by=command,
+        remedy=SIMULATED_REMEDY if kind is ClockKind.WALL else WALL_REMEDY,
+        record=record,
+    )
+    if kind is ClockKind.WALL:
+        return SystemClock(), kind
+    return simulated_clock(store, job_id, DEFAULT_START_MS), kind
+
+
+def record_job_clock(store: Any, job_id: str, kind: Any, command: str) -> None:
+    """Record ``kind`` as the job's clock after ``command`` worked on it (at its first command;
+    a no-op once recorded; ClockMismatchError if a racing command recorded the other one)."""
+    from state_store.clocks import ClockKind, ensure_clock
+
+    remedy = SIMULATED_REMEDY if kind is ClockKind.WALL else WALL_REMEDY
+    ensure_clock(store, job_id, kind, recorded_by=command, remedy=remedy)
 
 
 def lease(

@@ -131,3 +131,28 @@ def fault_spec(value: str) -> str:
             f"kill point {point!r} does not exist: {hint}use one of {', '.join(killpoints.ALL)}"
         )
     return value
+
+
+def clock_options(p: argparse.ArgumentParser, *, default_help: str, what: str = "per epoch") -> None:
+    """``--clock``, ``--time-step-ms`` and ``--replay-cut`` (checked together by
+    ``spark_jobs.commands.common.clock_choice``; docs/clocks.md)."""
+    p.add_argument(
+        "--clock",
+        choices=["wall", "simulated"],
+        default=None,
+        help=f"the job's clock: wall (real time) or simulated (moves --time-step-ms {what}); a job keeps "
+        f"the clock of its first run and another one is refused (default: {default_help})",
+    )
+    p.add_argument(
+        "--time-step-ms",
+        type=int,
+        default=None,
+        metavar="MS",
+        help=f"simulated time {what}; alone, it means --clock simulated",
+    )
+    p.add_argument(
+        "--replay-cut",
+        action="store_true",
+        help="simulated clock, step 0: re-read the input cut of the last trigger (replays a crashed "
+        "epoch's cut)",
+    )

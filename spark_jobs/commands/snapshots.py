@@ -9,11 +9,13 @@ import json
 from spark_jobs.commands import render
 from spark_jobs.commands.common import (
     check_time_step,
+    clock_choice,
+    job_clock,
     job_store,
     kill_switch,
     lease,
     location,
-    simulated_clock,
+    record_job_clock,
     snapshot_of,
     snapshot_roots,
 )
@@ -27,13 +29,16 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
     from spark_jobs.lifecycle.savepoint import take_savepoint
     from spark_jobs.lifecycle.snapshots import savepoint_location
 
-    check_time_step(args)
+    choice = clock_choice(args, needs_step=False)
     job = load_job(args.job_ref)
     savepoint_location(args.store, job.job_id, args.name)  # a bad name is refused before the lease
     kill = kill_switch(args)
     store = open_store(args.store)
+    job_clock(store, job.job_id, choice, command="epochal savepoint")  # refused before the lease
     with lease(store, job.job_id, "epochal savepoint", args, job.max_parallelism) as held:
-        clock = simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
+        clock, kind = job_clock(store, job.job_id, choice, command="epochal savepoint")
+        if choice.step_ms:
+            clock.advance(choice.step_ms)
         info = take_savepoint(
             job,
             args.store,
@@ -45,6 +50,7 @@ def cmd_savepoint(args: argparse.Namespace) -> int:
             lease_token=held.token,
             kill=kill,
         )
+        record_job_clock(store, job.job_id, kind, "epochal savepoint")
     print(json.dumps(info) if args.json else f"savepoint {info['name']} written to {info['location']}")
     return 0
 
@@ -126,7 +132,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
     from spark_jobs.lifecycle.restore import RestoreRequest, restore
     from spark_jobs.lifecycle.restore_render import render_plan
 
-    check_time_step(args)
+    choice = clock_choice(args, needs_step=False)
     job = load_job(args.job_ref)
     uid_map = {}
     for item in args.uid_map:
@@ -146,10 +152,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
         roots=snapshot_roots(args),
     )
     store = open_store(args.store)
-    clock = simulated_clock(store, job.job_id, 0) if args.time_step_ms is not None else SystemClock()
+    # the job's clock (a simulated job's import is stamped on its simulated clock, moved by N)
+    clock, kind = job_clock(store, job.job_id, choice, command="epochal restore")
+    if choice.step_ms:
+        clock.advance(choice.step_ms)
     hold = None if args.dry_run else lease(store, job.job_id, "epochal restore", args, job.max_parallelism)
     kill = kill_switch(args)  # validated before anything changes
     report = restore(job, args.store, clock, request, parallelism=args.parallelism, hold=hold, kill=kill)
+    if not args.dry_run and report.plan.ok:
+        record_job_clock(store, job.job_id, kind, "epochal restore")
     if args.json:
         print(json.dumps({"plan": report.plan.to_json(), "checkpoint_id": report.checkpoint_id}))
     else:

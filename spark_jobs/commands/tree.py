@@ -12,7 +12,7 @@ from collections.abc import Mapping
 
 from spark_jobs.commands import checkpoints, maintenance, output, running, snapshots
 from spark_jobs.commands.common import STORE_ENV
-from spark_jobs.commands.parser import EpochalParser, fault_spec
+from spark_jobs.commands.parser import EpochalParser, clock_options, fault_spec
 from spark_jobs.examples import NAMED_JOBS
 from state_store.core import killpoints
 from state_store.storage.uri import redact
@@ -123,7 +123,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> EpochalParser:
         default=None,
         help="override the job's checkpointing mode (default: the job's)",
     )
-    time_step(run)
+    clock_options(run, default_help="wall")
     as_json(run, "one status per epoch")
     waits(run)
     fault(run)
@@ -290,7 +290,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> EpochalParser:
     )
     sp.add_argument("--stop", action="store_true", help="stop-with-savepoint: no epoch runs until a restore")
     executor(sp, "local")
-    time_step(sp, what="for the savepoint's epoch")
+    clock_options(sp, default_help="the job's clock", what="for the savepoint's epoch")
     as_json(sp, "where it was written")
     waits(sp)
     fault(sp)
@@ -340,7 +340,7 @@ def build_parser(env: Mapping[str, str] | None = None) -> EpochalParser:
     )
     rs.add_argument("--allow-foreign", action="store_true", help="accept a snapshot of another job id")
     rs.add_argument("--force", action="store_true", help="restore even if the snapshot fails validation")
-    time_step(rs, what="from the restored checkpoint on")
+    clock_options(rs, default_help="the job's clock", what="before the restored checkpoint")
     as_json(rs, "the plan")
     waits(rs)
     fault(rs)

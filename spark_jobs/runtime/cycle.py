@@ -34,8 +34,10 @@ from spark_jobs.api.graph import Stage
 from spark_jobs.api.job import Job
 from spark_jobs.api.specs import SinkSpec
 from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime import progress
 from spark_jobs.runtime.executors import run_in_process, run_on_spark
 from spark_jobs.runtime.plan import EpochPlan
+from state_store.clocks import SystemClock
 from state_store.core import documents, killpoints
 from state_store.core.ack_bundles import write_ack_bundle
 from state_store.core.cleaner import apply_retention
@@ -82,6 +84,7 @@ def coordinator_for(
         kill=kill,
         max_parallelism=job.max_parallelism,
         lease_token=lease_token,
+        wall_clock=SystemClock(),  # true durations beside the epoch's logical clock
     )
 
 
@@ -308,7 +311,9 @@ def trigger_epoch(
         for partition in source.partitions():
             key = topo.position_key(uid, partition)
             start = base.end(key)
-            end = max(start, min(int(available.get(partition, start)), start + job.max_records_per_epoch))
+            end = topo.epoch_end(
+                source, partition, start, int(available.get(partition, start)), job.max_records_per_epoch
+            )
             if savepoint:
                 end = start  # a savepoint cuts the stream where the latest checkpoint did
             ranges[key] = [start, end]
@@ -359,12 +364,14 @@ def run_epoch(
         job, store_uri, pending, attempt.attempt, drain=drain, kill=task_kill_spec(kill)
     )
     acks: list[AckBundleEntry] = []
-    if executor == "spark":
-        summaries = run_on_spark(spark, plan, acks)
-    elif executor == "local":
-        summaries = run_in_process(plan, acks)
-    else:
+    if executor not in ("spark", "local"):
         raise ValueError(f"executor {executor!r} is unknown: use 'local' or 'spark'")
+    progress.epoch_started(f"epoch {checkpoint_id}", progress.stage_totals(job, pending, job.parallelism))
+    try:
+        with progress.spark_status(spark if executor == "spark" else None):
+            summaries = run_on_spark(spark, plan, acks) if executor == "spark" else run_in_process(plan, acks)
+    finally:
+        progress.epoch_finished()
     _bundle_acks(store, coordinator.layout, plan, acks)
     if job.mode == "at_least_once":
         _commit_attempt_now(job, store, coordinator, checkpoint_id, attempt.attempt, kill)

@@ -7,6 +7,11 @@ Spark pipeline for ``source -> key_by(a) -> ... -> key_by(b) -> ... -> sink``::
       .partitionBy(parallelism, dest).mapPartitionsWithIndex(KeyedSubtask.run) -> (dest, message)
       .partitionBy(parallelism, dest).mapPartitionsWithIndex(KeyedSubtask.run) -> summaries
       .collect()
+
+A source stage with a DataFrame stage (``.spark``) or a Spark-native source first runs on the
+driver (``spark_stage.driver_cuts``: the local process's session in process, ``spark`` on Spark);
+each of its subtasks then reads its ``StageOutput`` instead of the source (parallelized one per
+Spark partition).
 """
 
 from __future__ import annotations
@@ -16,10 +21,12 @@ from typing import Any
 
 from spark_jobs.api.graph import Stage
 from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime import progress
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.keyed_subtask import open_keyed_subtask
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.source_subtask import open_source_subtask
+from spark_jobs.runtime.spark_stage import StageOutput, driver_cuts
 from state_store.core.manifests import AckBundleEntry
 
 
@@ -35,13 +42,20 @@ def terminal_stage(plan: EpochPlan) -> Stage:
 
 
 def run_source_subtask(
-    plan: EpochPlan, stage_index: int, index: int, acks: list[AckBundleEntry] | None = None
+    plan: EpochPlan,
+    stage_index: int,
+    index: int,
+    acks: list[AckBundleEntry] | None = None,
+    cut: StageOutput | None = None,
 ) -> list[Any]:
     """One source subtask, restore to acks, in a single GC pause (``gcpause``): the restored state
     is not traversed by a collection between the restore and the processing. The acks it wrote
-    are appended to ``acks`` (for the run's ack bundle)."""
+    are appended to ``acks`` (for the run's ack bundle). ``cut``: the driver's DataFrame-stage
+    output of this subtask's partition, read in place of the source."""
     with gc_paused():
         subtask = open_source_subtask(plan, stage_index, index)
+        if cut is not None:
+            subtask.source = cut  # same partition and range; the rows the stage made of them
         out = list(subtask.run())
     if acks is not None:
         acks.extend(subtask.responder.receipts)
@@ -59,6 +73,7 @@ def run_keyed_subtask(
     with gc_paused():
         subtask = open_keyed_subtask(plan, stage_index, index)
         out = list(subtask.run(messages))
+    progress.subtask_done(stage_index, keyed=True)  # a no-op on Spark executors (no reporter)
     if acks is not None:
         acks.extend(subtask.responder.receipts)
     return out
@@ -82,9 +97,10 @@ def _ack_accumulator(sc: Any) -> Any:
 
 
 def _source_task(plan: EpochPlan, stage_index: int, acks: Any) -> Any:
-    def run(index: int, _: Iterable[Any]) -> Iterator[Any]:
+    def run(index: int, items: Iterable[Any]) -> Iterator[Any]:
         written: list[AckBundleEntry] = []
-        out = run_source_subtask(plan, stage_index, index, written)
+        cut = next((x for x in items if isinstance(x, StageOutput) and x.subtask == index), None)
+        out = run_source_subtask(plan, stage_index, index, written, cut)
         acks.add(written)
         return iter(out)
 
@@ -113,13 +129,13 @@ def run_on_spark(
     sc = spark.sparkContext
     stages = plan.stages()
     written = _ack_accumulator(sc)
+    cuts = driver_cuts(spark, plan)
 
     def build(stage: Stage) -> Any:
         if stage.key is None:
             n = topo.width(stage, plan.job)
-            return sc.parallelize(range(n), n).mapPartitionsWithIndex(
-                _source_task(plan, stage.index, written)
-            )
+            items: list[Any] = list(cuts.get(stage.index, range(n)))  # one per Spark partition
+            return sc.parallelize(items, n).mapPartitionsWithIndex(_source_task(plan, stage.index, written))
         upstream = [build(stages[i]) for i in stage.inputs]
         rdd = upstream[0] if len(upstream) == 1 else sc.union(upstream)
         return rdd.partitionBy(plan.job.parallelism, _identity).mapPartitionsWithIndex(
@@ -133,14 +149,18 @@ def run_on_spark(
 
 
 def run_in_process(plan: EpochPlan, acks: list[AckBundleEntry] | None = None) -> list[dict[str, Any]]:
-    """The same subtasks without Spark, stage by stage, shuffling messages in memory."""
+    """The same subtasks without Spark, stage by stage, shuffling messages in memory (a DataFrame
+    stage runs on the process's local Spark session)."""
     stages = plan.stages()
+    cuts = driver_cuts(None, plan)
 
     def build(stage: Stage) -> list[list[Any]]:
         """Output of every subtask of ``stage``."""
         if stage.key is None:
+            cut = cuts.get(stage.index)
             return [
-                run_source_subtask(plan, stage.index, i, acks) for i in range(topo.width(stage, plan.job))
+                run_source_subtask(plan, stage.index, i, acks, cut[i] if cut else None)
+                for i in range(topo.width(stage, plan.job))
             ]
         inbox: list[list[Any]] = [[] for _ in range(plan.job.parallelism)]
         for upstream in stage.inputs:

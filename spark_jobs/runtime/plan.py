@@ -74,6 +74,17 @@ def width(stage: Stage, job: Job) -> int:
     return len(source_partitions(stage)) if stage.key is None else job.parallelism
 
 
+def epoch_end(source: Any, partition: str, start: int, available: int, max_records: int) -> int:
+    """The end of the epoch's cut of ``partition``: ``[start, end)`` with ``end`` at most what is
+    available and never before ``start``. By default positions count records, so the cap is
+    ``start + max_records``; a source whose positions are not record counts (``SparkTableSource``:
+    a column's values) says where a cut of at most ``max_records`` rows ends (``epoch_end``)."""
+    cut = getattr(source, "epoch_end", None)
+    if callable(cut):
+        return max(start, min(available, int(cut(partition, start, available, max_records))))
+    return max(start, min(available, start + max_records))
+
+
 def consumer_of(stages: list[Stage], stage: Stage) -> Stage | None:
     consumers = [s for s in stages if stage.index in s.inputs]
     if len(consumers) > 1:

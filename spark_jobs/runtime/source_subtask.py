@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime import progress
 from spark_jobs.runtime.acks import SourceAck
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.operators.window import TS
@@ -88,6 +89,7 @@ class SourceSubtask(SubtaskRunner):
             batch = batch.append_column(TS, pa.array(np.asarray(ts, dtype=np.int64), pa.int64()))
             self.max_ts = int(ts.max()) if self.max_ts is None else max(self.max_ts, int(ts.max()))
             self.chain.push(batch)
+            progress.records_read(self.stage.index, self.source_uid, batch.num_rows)  # per chunk
             wm = self._watermark()
             if wm is not None:
                 self.chain.watermark(wm)

@@ -1,32 +1,20 @@
 """A SparkSession for the embedded default (``local[*]``) and for tests (``local[2]``).
 
 Spark's Python workers must run this interpreter (``PYSPARK_PYTHON = sys.executable``), or they
-fail with "No module named 'pyarrow'"; the web UI stays off and everything binds to loopback.
+fail with "No module named 'pyarrow'"; the web UI stays off and everything binds to loopback
+(``spark_jobs.sources.spark_table_session``, which also owns :func:`driver_spark`: the session of
+DataFrame stages and Spark-native sources, the active one or a ``local[1]`` one per process).
 """
 
 from __future__ import annotations
 
-import os
-import sys
 from typing import Any
+
+from spark_jobs.sources.spark_table_session import LOCAL_MASTER, build_session, driver_spark
 
 
 def get_spark(master: str = "local[*]", app_name: str = "epochal", conf: dict[str, str] | None = None) -> Any:
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    return build_session(master, app_name, conf)
 
-    builder = (
-        SparkSession.builder.master(master)
-        .appName(app_name)
-        .config("spark.ui.enabled", "false")
-        .config("spark.driver.bindAddress", "127.0.0.1")
-        .config("spark.driver.host", "127.0.0.1")
-        .config("spark.sql.shuffle.partitions", "4")
-        .config("spark.python.worker.reuse", "true")
-        .config("spark.ui.showConsoleProgress", "false")
-    )
-    for key, value in (conf or {}).items():
-        builder = builder.config(key, value)
-    return builder.getOrCreate()
+
+__all__ = ["LOCAL_MASTER", "driver_spark", "get_spark"]

@@ -147,8 +147,12 @@ class CheckpointCoordinator:
         master_hooks: Sequence[MasterHook] = (),
         max_parallelism: int = 128,
         lease_token: int | None = None,
+        wall_clock: Clock | None = None,
     ) -> None:
         self.store = store
+        #: Real time, for the records' ``wall_*`` fields only (true durations when ``clock`` is an
+        #: epoch's logical clock); None: those fields stay 0. Never used for a protocol decision.
+        self.wall_clock = wall_clock
         self.layout = JobLayout(job_id)
         self.records = JobRecords(store, job_id)
         self.clock = clock
@@ -399,6 +403,7 @@ class CheckpointCoordinator:
                 request_id=request_id,
                 parallelism=parallelism,
                 declared_parallelism=declared_parallelism,
+                wall_trigger_ms=self._wall_ms(),
             )
             try:
                 documents.create(self.store, self.layout.pending(checkpoint_id), record)
@@ -456,7 +461,12 @@ class CheckpointCoordinator:
         if head is not None and head.checkpoint_id == checkpoint_id:
             return self._decide_complete(checkpoint_id, head.attempt, head.completed_ms)
         decision = DecisionRecord(
-            checkpoint_id, Outcome.ABORT, self.clock.now_ms(), reason=reason.name, message=message
+            checkpoint_id,
+            Outcome.ABORT,
+            self.clock.now_ms(),
+            reason=reason.name,
+            message=message,
+            wall_decided_ms=self._wall_ms(),
         )
         try:
             documents.create(self.store, self.layout.decision(checkpoint_id), decision)
@@ -480,10 +490,19 @@ class CheckpointCoordinator:
                     aborted.append(checkpoint_id)
         return aborted
 
-    def _decide_complete(self, checkpoint_id: int, attempt: int, decided_ms: int) -> DecisionRecord:
+    def _wall_ms(self) -> int:
+        return self.wall_clock.now_ms() if self.wall_clock is not None else 0
+
+    def _decide_complete(
+        self, checkpoint_id: int, attempt: int, decided_ms: int, wall_ms: int | None = None
+    ) -> DecisionRecord:
         """Write the COMPLETE decision of a checkpoint whose commit (the job record's CAS) happened;
-        return the decision that stands (an ABORT only if one was written before the commit)."""
-        decision = DecisionRecord(checkpoint_id, Outcome.COMPLETE, decided_ms, attempt=attempt)
+        return the decision that stands (an ABORT only if one was written before the commit).
+        ``wall_ms``: the wall time of the metadata built for it (None: now)."""
+        wall = self._wall_ms() if wall_ms is None else wall_ms
+        decision = DecisionRecord(
+            checkpoint_id, Outcome.COMPLETE, decided_ms, attempt=attempt, wall_decided_ms=wall
+        )
         try:
             documents.create(self.store, self.layout.decision(checkpoint_id), decision)
             return decision
@@ -543,7 +562,7 @@ class CheckpointCoordinator:
             return CompletionResult(
                 checkpoint_id, CheckpointStatus.IN_PROGRESS, acked, expected, ack_results=results
             )
-        metadata = checkpoint.finalize(self.clock.now_ms())
+        metadata = checkpoint.finalize(self.clock.now_ms(), self._wall_ms())
         problems = verify_handles(self.store, metadata, deep=self.config.deep_verify, concurrency=self._reads)
         if problems:
             return aborted(CheckpointFailureReason.CHECKSUM_MISMATCH, "; ".join(problems))
@@ -556,7 +575,9 @@ class CheckpointCoordinator:
         if not isinstance(committed, ChainHead):
             return aborted(*committed)
         self.kill(killpoints.AFTER_CHAIN_COMMIT, checkpoint_id)
-        stands = self._decide_complete(checkpoint_id, committed.attempt, committed.completed_ms)
+        stands = self._decide_complete(
+            checkpoint_id, committed.attempt, committed.completed_ms, metadata.wall_completed_ms
+        )
         if stands.outcome is Outcome.ABORT:
             # An ABORT was written between our commit and our decision (a zombie's, fenced only
             # by a check): the decision stands, so the chain goes back to where it was.
@@ -565,7 +586,11 @@ class CheckpointCoordinator:
         # Our decision stands: the metadata built above from this attempt's acks (create-only
         # documents) is the completed checkpoint (an equal decision of a racing try of the same
         # commit is followed from storage: it may have another attempt).
-        ours = stands.attempt == attempt and stands.decided_ms == metadata.completed_ms
+        ours = (
+            stands.attempt == attempt
+            and stands.decided_ms == metadata.completed_ms
+            and stands.wall_decided_ms == metadata.wall_completed_ms
+        )
         result = self._follow(pending, stands, metadata if ours else None)
         return CompletionResult(
             result.checkpoint_id,
@@ -704,7 +729,7 @@ class CheckpointCoordinator:
         if metadata is None:
             checkpoint = PendingCheckpoint(pending, decision.attempt)
             self._classify(checkpoint, self._read_acks(checkpoint_id))
-            metadata = checkpoint.finalize(decision.decided_ms)
+            metadata = checkpoint.finalize(decision.decided_ms, decision.wall_decided_ms)
         self.kill(killpoints.BEFORE_METADATA, checkpoint_id)
         if self.store.head(self.layout.metadata(checkpoint_id)) is None:
             try:

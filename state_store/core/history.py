@@ -45,14 +45,33 @@ class CheckpointSummary:
     """The chain head it continues (its lineage); None for the first checkpoint and an import."""
     restored_from: str = ""
     """An import's snapshot location ("" for an epoch's checkpoint)."""
+    wall_trigger_ms: int = 0
+    """Wall-clock time of the trigger (0: not recorded, e.g. written by an older Epochal)."""
+    wall_end_ms: int = 0
+    """Wall-clock time of the completion or abort (0: not recorded, or not decided)."""
 
     @property
     def duration_ms(self) -> int | None:
         """None while running -- and when the end precedes the trigger (the decision was taken on
-        another clock, e.g. a restore's): a duration is never negative."""
+        another clock, e.g. a restore's): a duration is never negative. True (wall-clock) when the
+        wall times were recorded: ``end_ms`` is then the trigger plus the measured duration (see
+        :func:`end_on_trigger_axis`)."""
         if self.end_ms is None or self.end_ms < self.trigger_ms:
             return None
         return self.end_ms - self.trigger_ms
+
+
+def end_on_trigger_axis(trigger_ms: int, logical_end_ms: int, wall_trigger_ms: int, wall_end_ms: int) -> int:
+    """The end of a checkpoint on its trigger's (logical) time axis: ``trigger_ms`` plus the
+    wall-clock duration when both wall times were recorded and ordered, else the logical end.
+
+    Why: an epoch's logical clock stands still while it runs (an Airflow run's data-interval end, a
+    simulated step), so the logical end equals the trigger and every duration read "0 ms"; the wall
+    times measure what really happened. Readers keep ``end_ms - trigger_ms`` as the duration and
+    ``end_ms`` comparable with other logical times (the failure-rate window)."""
+    if wall_trigger_ms > 0 and wall_end_ms >= wall_trigger_ms:
+        return trigger_ms + (wall_end_ms - wall_trigger_ms)
+    return logical_end_ms
 
 
 def checkpoint_history(store: ObjectStore, job_id: str) -> list[CheckpointSummary]:
@@ -130,7 +149,11 @@ def summarize(
     if meta is not None:
         tasks = meta.tasks
         summary = CheckpointSummary(
-            end_ms=meta.completed_ms,
+            end_ms=end_on_trigger_axis(
+                pending.trigger_ms, meta.completed_ms, meta.wall_trigger_ms, meta.wall_completed_ms
+            ),
+            wall_trigger_ms=meta.wall_trigger_ms,
+            wall_end_ms=meta.wall_completed_ms,
             acked=len(tasks),
             state_bytes=meta.state_size,
             incremental_bytes=sum(incremental_bytes(layout, t) for t in tasks),
@@ -144,7 +167,13 @@ def summarize(
     acked = min(counts.get(max(counts, default=0), 0), expected)
     aborted = decision is not None and decision.outcome is Outcome.ABORT
     summary = CheckpointSummary(
-        end_ms=decision.decided_ms if aborted and decision is not None else None,
+        end_ms=end_on_trigger_axis(
+            pending.trigger_ms, decision.decided_ms, pending.wall_trigger_ms, decision.wall_decided_ms
+        )
+        if aborted and decision is not None
+        else None,
+        wall_trigger_ms=pending.wall_trigger_ms,
+        wall_end_ms=decision.wall_decided_ms if aborted and decision is not None else 0,
         acked=acked,
         state_bytes=0,
         reason=f"{decision.reason}: {decision.message}".rstrip(": ") if aborted and decision else "",

@@ -171,6 +171,10 @@ class PendingRecord:
     with the checkpoint, so a rescale sticks."""
     declared_parallelism: int = 0
     """The job definition's parallelism when the epoch was triggered (see JobRecord)."""
+    wall_trigger_ms: int = 0
+    """Wall-clock time of the trigger (0: not recorded -- older records, or no wall clock given).
+    ``trigger_ms`` is the epoch's logical time (an Airflow run's data-interval end, a simulated
+    clock): durations are measured on the wall clock, positions and pauses on the logical one."""
 
     @property
     def barrier(self) -> BarrierPositions:
@@ -263,6 +267,12 @@ class CompletedMetadata:
     tasks: tuple[TaskSnapshot, ...]
     positions: dict[str, Any] = field(default_factory=dict)
     master_states: dict[str, Any] = field(default_factory=dict)
+    wall_trigger_ms: int = 0
+    """Wall-clock time of the trigger (the pending record's; 0: not recorded)."""
+    wall_completed_ms: int = 0
+    """Wall-clock time of the COMPLETE decision (the decision's ``wall_decided_ms``; 0: not
+    recorded). ``wall_completed_ms - wall_trigger_ms`` is the checkpoint's true duration in both
+    clock modes; ``completed_ms - trigger_ms`` is logical (0 when the epoch's clock stands still)."""
 
     @property
     def barrier(self) -> BarrierPositions:
@@ -297,6 +307,8 @@ class DecisionRecord:
     attempt: int = 0
     reason: str = ""
     message: str = ""
+    wall_decided_ms: int = 0
+    """Wall-clock time of the decision (0: not recorded); ``decided_ms`` is the logical time."""
 
     def abort_reason(self) -> CheckpointFailureReason:
         """``reason`` (stored by name) of an ABORT decision as the enum. A name this version does

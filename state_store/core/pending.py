@@ -98,8 +98,9 @@ class PendingCheckpoint:
         self.failure = (reason, message)
         return True
 
-    def finalize(self, completed_ms: int) -> CompletedMetadata:
-        """Build the completed checkpoint's metadata; only when fully acknowledged."""
+    def finalize(self, completed_ms: int, wall_completed_ms: int = 0) -> CompletedMetadata:
+        """Build the completed checkpoint's metadata; only when fully acknowledged.
+        ``wall_completed_ms``: the wall-clock time of the decision (0: not recorded)."""
         if self.state is not PendingState.PENDING:
             raise IllegalCheckpointState(
                 f"checkpoint {self.checkpoint_id} is {self.state.value}, not pending"
@@ -125,4 +126,6 @@ class PendingCheckpoint:
             tasks=tasks,
             positions=rec.positions,
             master_states=rec.master_states,
+            wall_trigger_ms=rec.wall_trigger_ms,
+            wall_completed_ms=wall_completed_ms,
         )

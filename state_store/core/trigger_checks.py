@@ -19,6 +19,7 @@ f. there is new input.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from state_store.core.failures import CheckpointException, CheckpointFailureReason, JobFailedError
 
@@ -50,12 +51,59 @@ class InvalidClockError(ValueError):
     """The clock reads a time outside 1970..9999: nothing is triggered."""
 
 
+def human_duration(ms: int | float) -> str:
+    """A non-negative duration for people: ``850 ms``, ``12.3 s``, ``4 min 05 s``, ``3 h 02 min``,
+    ``2 d 04 h``. A negative value is a bug in the caller (durations are never negative):
+    ValueError."""
+    if ms < 0:
+        raise ValueError(f"a duration cannot be negative ({ms}): compare the two times first")
+    if ms < 1000:
+        return f"{int(ms)} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    seconds = int(ms // 1000)
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes} min {seconds:02d} s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes:02d} min"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours:02d} h"
+
+
+def human_time(ms: int) -> str:
+    """Epoch milliseconds as ``YYYY-MM-DD HH:MM:SS UTC`` (raw ms when no calendar holds it)."""
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms after 1970-01-01"
+
+
 def check_clock(job_id: str, now_ms: int) -> None:
     if not isinstance(now_ms, int) or isinstance(now_ms, bool) or not 0 <= now_ms <= MAX_TIME_MS:
         raise InvalidClockError(
-            f"job {job_id}: the clock reads {now_ms!r} ms, outside 1970-01-01..9999-12-31: nothing was "
-            "triggered; check --time-step-ms (or the clock the job runs with)"
+            f"job {job_id}: the clock reads {now_ms!r}, outside 1970-01-01..9999-12-31: nothing was "
+            "triggered; check --time-step-ms (or the clock the job runs with, see docs/clocks.md)"
         )
+
+
+def min_pause_detail(now_ms: int, checkpoint_id: int, completed_ms: int, min_pause_ms: int) -> str:
+    """Why pre-check d refused, for people: never a negative time. A clock behind the last
+    completion means the wall clock stepped back (NTP) or the job was run with another clock
+    (``state_store.clocks``); the message names both, with the remedy of each."""
+    elapsed = now_ms - completed_ms
+    if elapsed >= 0:
+        return (
+            f"{human_duration(elapsed)} since checkpoint {checkpoint_id} completed, less than the job's "
+            f"minimum pause of {human_duration(min_pause_ms)} (min_pause_ms): run the next epoch later"
+        )
+    return (
+        f"the job's clock reads {human_time(now_ms)}, before checkpoint {checkpoint_id} completed "
+        f"({human_time(completed_ms)}): either the clock went back (an NTP step: run the next epoch "
+        f"after {human_time(completed_ms)}) or the job was run with another clock (run it with the "
+        "clock it ran with, see docs/clocks.md)"
+    )
 
 
 def check_trigger(facts: TriggerFacts) -> None:
@@ -78,14 +126,8 @@ def check_trigger(facts: TriggerFacts) -> None:
         )
     if not facts.forced and facts.last_completion is not None:
         checkpoint_id, completed_ms = facts.last_completion
-        elapsed = facts.now_ms - completed_ms
-        if elapsed < facts.min_pause_ms:
-            detail = (
-                f"{elapsed} ms since checkpoint {checkpoint_id}, min_pause_ms={facts.min_pause_ms}"
-                if elapsed >= 0
-                else f"the clock ({facts.now_ms}) is {-elapsed} ms behind the completion of checkpoint "
-                f"{checkpoint_id} ({completed_ms}): run with the clock the job was run with"
-            )
+        if facts.now_ms - completed_ms < facts.min_pause_ms:
+            detail = min_pause_detail(facts.now_ms, checkpoint_id, completed_ms, facts.min_pause_ms)
             raise CheckpointException(CheckpointFailureReason.MINIMUM_TIME_BETWEEN_CHECKPOINTS, detail)
     if not facts.tasks_ready or not facts.has_expected:
         raise CheckpointException(CheckpointFailureReason.NOT_ALL_REQUIRED_TASKS_RUNNING)
@@ -93,4 +135,13 @@ def check_trigger(facts: TriggerFacts) -> None:
         raise CheckpointException(CheckpointFailureReason.NO_NEW_INPUT)
 
 
-__all__ = ["MAX_TIME_MS", "InvalidClockError", "TriggerFacts", "check_clock", "check_trigger"]
+__all__ = [
+    "MAX_TIME_MS",
+    "InvalidClockError",
+    "TriggerFacts",
+    "check_clock",
+    "check_trigger",
+    "human_duration",
+    "human_time",
+    "min_pause_detail",
+]

@@ -122,6 +122,7 @@ ENV_READERS = (
     "spark_jobs/cli.py",
     "spark_jobs/jobs/",
     "spark_jobs/runtime/spark_session.py",
+    "spark_jobs/sources/spark_table_session.py",
     "plugins/epochal_airflow/config.py",
     "plugins/epochal_airflow/hooks/store.py",
     "plugins/epochal_airflow/operators/spark_submit.py",

@@ -6,8 +6,13 @@
 
 Time: every step of a DAG run uses the run's ``data_interval_end`` as the epoch's clock (so a run is
 replayable and its source positions are a function of the run), falling back to the wall clock for
-runs without an interval. The checkpoint id travels by XCom from ``trigger_checkpoint``. Each step
-logs one summary line and returns a small JSON-able dict (never credentials).
+runs without an interval. The checkpoint metadata also records wall-clock times, so durations are
+true. Airflow runs a job on the wall clock (``state_store.clocks``): a job recorded as simulated is
+refused by ``trigger_checkpoint`` with the remedy. The checkpoint id travels by XCom from
+``trigger_checkpoint``. Each step logs one summary line and returns a small JSON-able dict (never
+credentials); ``run_epoch`` also logs the epoch's progress every ``progress_interval_s`` seconds per
+stage and its summary (records in/out, measured duration, state and incremental size, the Spark UI),
+which its XCom (``return_value``) carries as ``epoch_summary``.
 
 The job's lease: every task first acquires the job's lease for its DAG run (holder
 ``airflow:<dag_id>:<run_id>``; a new token on every task and every try, so an earlier try that still
@@ -169,11 +174,30 @@ class TriggerCheckpointOperator(EpochalOperator):
 
     releases_lease = False
 
+    def check_clock(self, rt: EpochalRuntime, context: Context) -> None:
+        """Airflow stamps epochs with the runs' logical dates, i.e. the wall clock: a job that runs
+        on a simulated clock is refused (recorded as wall at its first run here)."""
+        from state_store.clocks import ClockKind, ClockMismatchError, ensure_clock
+
+        try:
+            ensure_clock(
+                rt.store,
+                rt.job.job_id,
+                ClockKind.WALL,
+                recorded_by=f"airflow {context['ti'].dag_id}",
+                remedy="Airflow runs epochs on real time (its runs' logical dates); run this job with "
+                "`epochal run --clock simulated`, or give the Airflow job a new job id (see docs/clocks.md)",
+            )
+        except ClockMismatchError as exc:
+            self.summary("trigger_checkpoint", status="refused", reason="clock")
+            raise AirflowFailException(str(exc)) from None
+
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.runtime.cycle import JobStoppedError, abort_abandoned, trigger_epoch
 
         job, store, clock, token = rt.job, rt.store, rt.clock, rt.token
         run_id = context["run_id"]
+        self.check_clock(rt, context)
         aborted = abort_abandoned(job, store, clock, run_id, lease_token=token)
         self.check_failure_rate(rt, context)
 
@@ -205,9 +229,15 @@ class RunEpochOperator(EpochalOperator):
     """Run epoch n (a new attempt on every try): in process, or on Spark ``local[*]`` in process."""
 
     def __init__(
-        self, *, epoch_executor: str = "spark", spark_master: str = "local[*]", **kwargs: Any
+        self,
+        *,
+        epoch_executor: str = "spark",
+        spark_master: str = "local[*]",
+        progress_interval_s: float = 30.0,
+        **kwargs: Any,
     ) -> None:
         super().__init__(**kwargs)
+        self.progress_interval_s = progress_interval_s
         if epoch_executor not in ("spark", "local"):
             raise ValueError(
                 f"epoch_executor={epoch_executor!r} is invalid: use 'spark' (local[*] in process) or "
@@ -219,6 +249,9 @@ class RunEpochOperator(EpochalOperator):
     releases_lease = False
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
+        import time
+
+        from spark_jobs.runtime import progress
         from spark_jobs.runtime.cycle import run_epoch
 
         n = self.checkpoint_id(context)
@@ -227,18 +260,43 @@ class RunEpochOperator(EpochalOperator):
             from spark_jobs.runtime.spark_session import get_spark
 
             spark = get_spark(self.spark_master, f"epochal-{rt.job.job_id}")
-        summaries = run_epoch(
-            rt.job,
-            rt.store_uri,
-            n,
-            rt.clock,
-            executor=self.epoch_executor,
-            spark=spark,
-            kill=rt.kill,
-            lease_token=rt.token,
+        began = time.monotonic()
+        reporter = progress.LineReporter(
+            lambda line: self.log.info("epochal progress: %s", line), self.progress_interval_s
         )
-        rows = sum(int(s.get("rows_out", 0)) for s in summaries)
-        return self.summary("run_epoch", checkpoint_id=n, try_number=context["ti"].try_number, rows_out=rows)
+        with progress.reporting(reporter):
+            summaries = run_epoch(
+                rt.job,
+                rt.store_uri,
+                n,
+                rt.clock,
+                executor=self.epoch_executor,
+                spark=spark,
+                kill=rt.kill,
+                lease_token=rt.token,
+            )
+        epoch = progress.epoch_summary(
+            rt.store,
+            rt.job.job_id,
+            n,
+            "acknowledged",
+            summaries,
+            int((time.monotonic() - began) * 1000),
+            spark_ui=progress.spark_ui_url(spark),
+        )
+        self.log.info("epochal epoch summary: %s", epoch.line())
+        fields = self.summary(
+            "run_epoch",
+            checkpoint_id=n,
+            try_number=context["ti"].try_number,
+            rows_out=epoch.records_out,
+            records_in=epoch.records_in,
+            duration_ms=epoch.duration_ms,
+            state_bytes=epoch.state_bytes,
+            incremental_bytes=epoch.incremental_bytes,
+            spark_ui=epoch.spark_ui,
+        )
+        return {**fields, "epoch_summary": epoch.to_json()}  # the task's XCom
 
 
 class CompleteCheckpointOperator(EpochalOperator):

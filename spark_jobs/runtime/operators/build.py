@@ -2,8 +2,8 @@
 by the spec's type.
 
 A spec type maps to its builder, or to ``None`` when the step is no operator of the chain: a source
-is read by its source subtask, a key_by is the exchange in front of a stage, a sink is written at
-the end of the chain (``spark_jobs.runtime.chain``).
+is read by its source subtask, a spark step runs on the driver before it, a key_by is the exchange
+in front of a stage, a sink is written at the end of the chain (``spark_jobs.runtime.chain``).
 
 Invariants: every spec type of ``STEP_SPECS`` has an entry (``tests/unit/runtime/test_specs.py``);
 a spec type without one is an error when the chain is built, never a step silently skipped; a
@@ -95,6 +95,7 @@ def _connect(spec: specs.ConnectSpec, site: OperatorSite) -> Operator:
 BUILDERS: Mapping[type[specs.StepSpec], Builder | None] = MappingProxyType(
     {
         specs.SourceSpec: None,
+        specs.SparkSpec: None,  # run by the driver before the source subtasks (runtime/spark_stage.py)
         specs.KeyBySpec: None,
         specs.SinkSpec: None,
         specs.MapSpec: _map,

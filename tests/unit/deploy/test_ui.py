@@ -38,7 +38,7 @@ def test_the_demo_home_and_store_are_used_when_make_demo_left_them(tmp_path: Pat
     assert (setup.home, setup.store, setup.jobs, setup.from_demo) == (
         tmp_path / ".demo" / "airflow",
         tmp_path / ".demo" / "store",
-        "clickstream",
+        "deploy.demo:demo_job",
         True,
     )
 

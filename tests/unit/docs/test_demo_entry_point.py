@@ -1,11 +1,12 @@
 """``make demo``'s entry point, ``python deploy/demo.py``, checked without running it.
 
-The full demo (real ``airflow dags test`` runs, one killed) takes minutes -- 13.7 min of wall time
-and 2 min 44 s of CPU with ``--executor local`` on the shared 2-core build machine -- so
-``make test`` cannot afford it. Its pieces are covered instead: the DAG runs themselves (epochs, a
-run killed after its acks, recovery) by tests/integration/airflow/test_epoch_dag.py, and here the
-demo's own wiring: the Makefile command line, the DAGs and run confs it triggers, the fault it
-injects.
+The full demo (real ``airflow dags test`` runs, one failed) takes minutes -- 142 s of wall time
+and 86 s of CPU with Spark on the shared 2-core build machine -- so ``make test`` cannot afford it.
+Its pieces are covered instead: the DAG runs themselves (epochs, a run killed after its acks,
+recovery) by tests/integration/airflow/test_epoch_dag.py, and here the demo's own wiring: the
+Makefile command line, the job it loads (the clickstream example starting now), the DAGs and run
+confs it triggers, the fault it injects (raised in the task, so Airflow records the failure), the
+logical dates (now), the whole restore plan, and the closing pointer to ``make ui``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,11 @@ import json
 import shlex
 import subprocess
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
+
+import pytest
 
 from tests.unit.docs.snippets import ROOT, makefile_targets
 
@@ -57,9 +62,12 @@ def test_the_dags_and_run_confs_the_demo_triggers_exist(tmp_path: Path) -> None:
     from epochal_airflow.config import EpochalSettings
     from epochal_airflow.dag_factory import build_all
 
+    from deploy import demo
+
     source = DEMO.read_text()
-    assert '"EPOCHAL_JOBS": "clickstream"' in source and '"epochal_clickstream"' in source
-    dags = build_all(EpochalSettings.from_env({"AIRFLOW_HOME": str(tmp_path), "EPOCHAL_JOBS": "clickstream"}))
+    assert '"EPOCHAL_JOBS": JOB_REF' in source and '"epochal_clickstream"' in source
+    settings = {"AIRFLOW_HOME": str(tmp_path), "EPOCHAL_JOBS": demo.JOB_REF}
+    dags = build_all(EpochalSettings.from_env(settings))
     runs = _manual_runs()
     assert [dag for dag, _ in runs] == ["epochal_savepoint", "epochal_restore"]
     assert "epochal_clickstream" in dags
@@ -71,8 +79,58 @@ def test_the_dags_and_run_confs_the_demo_triggers_exist(tmp_path: Path) -> None:
 
 def test_the_injected_fault_is_a_valid_kill_point() -> None:
     from state_store.faults import kill_switch_from_env
+    from state_store.testing import SimulatedCrash
 
     source = DEMO.read_text()
-    assert '"EPOCHAL_FAULT": f"after_ack@{epoch}", "EPOCHAL_FAULT_MODE": "exit"' in source
-    switch = kill_switch_from_env({"EPOCHAL_FAULT": "after_ack@2", "EPOCHAL_FAULT_MODE": "exit"})
+    # raised inside run_epoch (not a dead process): the task fails and Airflow records the DAG run
+    assert '"EPOCHAL_FAULT": f"after_ack@{epoch}", "EPOCHAL_FAULT_MODE": "raise"' in source
+    switch = kill_switch_from_env({"EPOCHAL_FAULT": "after_ack@2", "EPOCHAL_FAULT_MODE": "raise"})
     assert type(switch).__name__ == "KillAt"
+    with pytest.raises(SimulatedCrash):
+        switch("after_ack", 2)
+
+
+def test_the_demo_job_starts_now_and_every_process_shares_its_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    from deploy import demo
+
+    monkeypatch.setenv(demo.START_ENV, "1795600000000")
+    job = demo.demo_job()
+    assert job.job_id == "clickstream"
+    assert job.graph.stages()[0].source_spec.source.end_offsets(1795600000000 + 1000)  # 1 s of clicks
+    assert sum(job.graph.stages()[0].source_spec.source.end_offsets(1795600000000).values()) == 0
+    monkeypatch.delenv(demo.START_ENV)
+    now = time.time() * 1000
+    fresh = sum(demo.demo_job().graph.stages()[0].source_spec.source.end_offsets(int(now)).values())
+    assert fresh < 1000  # without a start: now, not 2023 (which would read a per-epoch cap)
+
+
+def test_logical_dates_are_now() -> None:
+    from deploy import demo
+
+    date = datetime.fromisoformat(demo.logical_date())
+    assert abs(date.timestamp() - time.time()) < 5 and date.tzinfo is not None
+
+
+def test_the_whole_restore_plan_is_printed() -> None:
+    from deploy import demo
+
+    plan = [f"    row {i}" for i in range(20)]
+    output = "\n".join(
+        [
+            "2026-11-26T06:54:01Z [info     ] epochal restore plan:",
+            "Restore plan: savepoint 5 ...",
+            *plan,
+            "OK: restore ... [airflow.task.operators.epochal_airflow.operators.state] loc=x.py:1",
+            "2026-11-26T06:54:02Z [info     ] epochal restore: job=clickstream [airflow.task.operators.x]",
+        ]
+    )
+    lines = demo.restore_plan(output)
+    assert lines[0] == "Restore plan: savepoint 5 ..." and lines[-1] == "OK: restore ..."
+    assert len(lines) == 22
+
+
+def test_the_demo_ends_with_how_to_look_at_it() -> None:
+    source = DEMO.read_text()
+    assert "make ui" in source and 'UI_URL = "http://127.0.0.1:8080/"' in source
+    tail = source[source.rindex("done in") :]
+    assert "make ui" in tail and "UI_URL" in tail

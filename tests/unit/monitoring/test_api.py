@@ -54,7 +54,7 @@ def test_json_numbers_match_the_manifests(client: TestClient, history: Made) -> 
     for c in completed:
         meta = load_completed(store, layout, c["checkpoint_id"]).metadata
         assert c["state_size"] == meta.state_size
-        assert c["duration_ms"] == meta.completed_ms - meta.trigger_ms
+        assert c["duration_ms"] == meta.wall_completed_ms - meta.wall_trigger_ms  # wall-clock: true
         assert c["acked"] == len(meta.tasks)
     sizes = sorted(c["state_size"] for c in completed)
     assert body["summary"]["state_size"]["max"] == sizes[-1]

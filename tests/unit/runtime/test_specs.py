@@ -72,10 +72,12 @@ def add_connect(job: Job) -> None:
 
 
 def every_kind_job() -> Job:
-    """One job that calls every step-making method of the API (two chains: a graph, not runnable)."""
+    """One job that calls every step-making method of the API (three chains: a graph, not
+    runnable; the DataFrame stage runs on Spark: tests/integration/spark/test_spark_stages.py)."""
     job = Job("every-kind", parallelism=2, max_parallelism=16)
     add_chain(job)
     add_connect(job)
+    job.source(clicks("sql", 6), uid="sql").spark(lambda df: df).sink(ParquetSink(), uid="sql-out")
     return job
 
 
@@ -105,6 +107,7 @@ def test_each_stage_builds_the_operators_of_its_steps_in_order() -> None:
         [],
         [],
         [CoProcessOperator],
+        [],  # source -> spark (run by the driver, no operator) -> sink
     ]
 
 
