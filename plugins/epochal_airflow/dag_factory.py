@@ -38,6 +38,7 @@ from airflow.sdk.api.datamodels._generated import DagRunType  # what DAG(allowed
 from epochal_airflow.config import EpochalSettings
 from epochal_airflow.operators.approval import (
     APPROVAL_TASK_ID,
+    MAX_TIMEOUT_MINUTES,
     PLAN_TASK_ID,
     RestoreApprovalOperator,
     RestorePlanOperator,
@@ -197,6 +198,7 @@ def build_manual_dags(settings: EpochalSettings) -> list[DAG]:
                 1440,
                 type=["null", "number"],
                 exclusiveMinimum=0,
+                maximum=MAX_TIMEOUT_MINUTES,
                 description="an approval not given within this time is a rejection (null: wait forever)",
             ),
         },

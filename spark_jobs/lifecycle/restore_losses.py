@@ -13,7 +13,10 @@ A plan is lossy when it (one reason per item, in row order, rewind last):
 * rescales an operator (keyed state is re-split by key group and the new parallelism sticks);
 * maps a snapshot uid onto another job uid (``uid_map``);
 * rewinds the job to a checkpoint older than its latest completed one: the epochs after it are
-  reprocessed, and sinks with ``on_rewind="overwrite"`` withdraw the output committed after it.
+  reprocessed, and sinks with ``on_rewind="overwrite"`` withdraw the output committed after it;
+* replaces the state of a job that has a completed checkpoint with a snapshot whose place in the
+  job's chain is unknown -- another job's (``allow_foreign``), or a savepoint that names no
+  checkpoint: it may rewind the job, or carry state the job never had.
 
 New operators and new states that start empty lose nothing and are not reasons.
 """
@@ -54,6 +57,16 @@ def restore_losses(
         if row.old_uid is not None and row.old_uid != row.uid and row.action in ("restore", "rescale"):
             reasons.append(f"maps snapshot operator {row.old_uid!r} onto job operator {row.uid!r}")
     restored = plan.snapshot.checkpoint_id
+    if latest_checkpoint_id is not None and (plan.snapshot.job_id != plan.job_id or restored is None):
+        origin = (
+            f"a snapshot of another job ({plan.snapshot.job_id!r})"
+            if plan.snapshot.job_id != plan.job_id
+            else f"a {plan.snapshot.kind} that names no checkpoint of the job"
+        )
+        reasons.append(
+            f"replaces the state of job {plan.job_id!r} (latest checkpoint {latest_checkpoint_id}) with "
+            f"{origin}: its place in the job's chain is unknown, so it may rewind the job"
+        )
     if (
         plan.snapshot.job_id == plan.job_id
         and restored is not None

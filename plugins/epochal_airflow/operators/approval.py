@@ -20,21 +20,30 @@
 3. ``restore`` (:class:`~epochal_airflow.operators.state.RestoreOperator`). After a human approval
    it applies exactly the plan that was shown or nothing: it refuses with one line, before it
    writes anything, when the job moved on since the plan (:meth:`PlanTicket.refusal`: another
-   checkpoint completed, another restore ran, the plan is no longer the same) or another actor
-   holds the job's lease. After an automatic approval it behaves as a restore always did (waits for
-   the lease, restores ``latest`` as of its commit), but refuses a plan that has become lossy.
+   checkpoint completed, another restore ran, the plan is no longer the same, the savepoint's
+   bytes are not the ones planned) or another actor holds the job's lease. After an automatic
+   approval it behaves as a restore always did (waits for the lease, restores ``latest`` as of its
+   commit), but refuses a plan that has become lossy or a savepoint whose bytes changed.
+
+Invariants: an answer is bound to one ticket (its digest travels with the answer), so a
+``plan_restore`` re-run after the approval is never applied with it; the conf is checked before
+anything is planned (unknown keys, booleans that are not booleans, a timeout that is not above 0
+and at most a year: one line each).
 """
 
 from __future__ import annotations
 
+import difflib
+import hashlib
 import json
-from collections.abc import Sequence
+import math
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from airflow.providers.standard.operators.hitl import ApprovalOperator
-from airflow.sdk.exceptions import AirflowException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
 from epochal_airflow.hooks.store import EpochalRuntime
 from epochal_airflow.operators.checkpoint import EpochalOperator
@@ -47,11 +56,49 @@ if TYPE_CHECKING:
 
 PLAN_TASK_ID = "plan_restore"
 APPROVAL_TASK_ID = "approve_restore"
+SHOWN_KEY = "shown_ticket"  # approve_restore's own XCom: the digest of the ticket a person was shown
+MAX_TIMEOUT_MINUTES = 525_600  # a year: beyond it a deadline is a typo (and soon not a datetime)
 
 
-def is_true(value: Any) -> bool:
-    """A templated boolean (rendered as text unless the DAG renders native objects)."""
-    return str(value).strip().lower() == "true"
+def is_true(value: Any, name: str = "flag") -> bool:
+    """A templated boolean (rendered as text unless the DAG renders native objects): ``True`` or
+    ``"true"``/``"false"`` in any case; anything else (``"yes"``, ``"0"``, ``"flase"``) is refused
+    with one line naming ``name``, never guessed -- a mistyped ``dry_run`` must not restore."""
+    text = str(value).strip().lower()
+    if text not in ("true", "false"):
+        raise AirflowFailException(f"{name} must be true or false, got {value!r}: fix the DAG run conf")
+    return text == "true"
+
+
+def timeout_minutes(value: Any) -> timedelta | None:
+    """``approval_timeout_minutes`` as a deadline (None: wait forever); finite, above 0, at most a
+    year, else one line naming it."""
+    if value in (None, "", "None"):
+        return None
+    try:
+        minutes = float(value)
+    except (TypeError, ValueError):
+        minutes = math.nan
+    if not math.isfinite(minutes) or not 0 < minutes <= MAX_TIMEOUT_MINUTES:
+        raise AirflowFailException(
+            f"approval_timeout_minutes must be a number of minutes above 0 and at most "
+            f"{MAX_TIMEOUT_MINUTES} (a year), or null to wait forever; got {value!r}: fix the DAG run conf"
+        )
+    return timedelta(minutes=minutes)
+
+
+def unknown_conf_keys(conf: Mapping[str, Any] | None, params: Sequence[str], dag_id: str) -> str | None:
+    """One line for the first conf key the DAG has no param for (a typo such as ``paralellism``
+    would otherwise be ignored and the restore run without it); None: every key is known."""
+    for key in sorted(conf or {}):
+        if key not in params:
+            close = difflib.get_close_matches(key, params, n=1)
+            hint = f"did you mean {close[0]!r}? " if close else ""
+            return (
+                f"{dag_id} has no parameter {key!r}: {hint}known: {', '.join(sorted(params))}; "
+                "nothing was planned, trigger it again with a corrected conf"
+            )
+    return None
 
 
 @dataclass(frozen=True)
@@ -87,6 +134,13 @@ class PlanTicket:
     position: JobPosition
     text: str
     dry_run: bool
+    # SHA-256 of a savepoint's ``_metadata.json`` (it lists every file's SHA-256): the bytes the plan
+    # restores. None for a checkpoint of the job (its id is never reused).
+    snapshot_digest: str | None = None
+
+    def digest(self) -> str:
+        """What an approval is bound to: this ticket exactly (a re-run plan is another ticket)."""
+        return hashlib.sha256(json.dumps(self.to_xcom(), sort_keys=True).encode()).hexdigest()
 
     @property
     def lossy(self) -> bool:
@@ -108,9 +162,14 @@ class PlanTicket:
         fields["position"] = JobPosition(**fields["position"])
         return cls(**fields)
 
-    def refusal(self, now: JobPosition, plan: RestorePlan) -> str | None:
+    def refusal(self, now: JobPosition, plan: RestorePlan, snapshot_digest: str | None = None) -> str | None:
         """Why the approved plan can no longer be applied as shown (None: it can)."""
         remedy = "nothing was restored; trigger epochal_restore again to review a new plan"
+        if snapshot_digest != self.snapshot_digest:
+            return (
+                f"the snapshot at {self.source} is not the one approved for job {self.job_id} "
+                f"(replaced or altered since the plan): {remedy}"
+            )
         if now != self.position:
             return (
                 f"job {self.job_id} changed since its restore plan was approved ({self.position.describe()} "
@@ -145,8 +204,28 @@ def plan_ticket(
     if source == "latest" and plan.snapshot.checkpoint_id is not None:
         source = str(plan.snapshot.checkpoint_id)
     return PlanTicket(
-        rt.job.job_id, source, plan.to_json(), losses, position, render_plan(plan), request.dry_run
+        rt.job.job_id,
+        source,
+        plan.to_json(),
+        losses,
+        position,
+        render_plan(plan),
+        request.dry_run,
+        savepoint_digest(source),
     )
+
+
+def savepoint_digest(source: str) -> str | None:
+    """SHA-256 of the savepoint manifest at ``source`` (None: a checkpoint of the job, or gone)."""
+    from spark_jobs.lifecycle.snapshots import savepoint_store
+    from state_store.core.ports import ObjectNotFound
+
+    if source == "latest" or source.isdigit():
+        return None
+    try:
+        return hashlib.sha256(savepoint_store(source).get("_metadata.json").data).hexdigest()
+    except ObjectNotFound:
+        return None
 
 
 class RestorePlanOperator(EpochalOperator):
@@ -190,8 +269,8 @@ class RestorePlanOperator(EpochalOperator):
             source=str(self.source),
             uid_map=uid_map,
             claim_mode=str(self.claim_mode),
-            dry_run=is_true(self.plan_only),
-            allow_non_restored_state=is_true(self.allow_non_restored_state),
+            dry_run=is_true(self.plan_only, "dry_run"),
+            allow_non_restored_state=is_true(self.allow_non_restored_state, "allow_non_restored_state"),
             roots=snapshot_roots(),
         )
 
@@ -201,6 +280,12 @@ class RestorePlanOperator(EpochalOperator):
     def execute(self, context: Context, event: Any = None) -> dict[str, Any]:
         from state_store.core.restore import plan_from_json
 
+        dag_run = context.get("dag_run")
+        unknown = unknown_conf_keys(
+            getattr(dag_run, "conf", None), list(context.get("params") or {}), context["ti"].dag_id
+        )
+        if unknown is not None:
+            raise AirflowFailException(unknown)
         rt = self.runtime(context)
         ticket = plan_ticket(rt, self.request(), self.new_parallelism(), context["run_id"])
         self.log.info("epochal restore plan:\n%s", ticket.text)
@@ -240,16 +325,21 @@ class RestoreApprovalOperator(ApprovalOperator):
         self.plan_task_id = plan_task_id
 
     def execute(self, context: Context) -> Any:
+        """The answer (an XCom) carries ``ticket``: the digest of the ticket approved, so ``restore``
+        applies that ticket or nothing (a ``plan_restore`` re-run after the approval is another)."""
         ticket = PlanTicket.from_xcom(context["ti"].xcom_pull(task_ids=self.plan_task_id), self.plan_task_id)
         if ticket.dry_run:
             raise AirflowSkipException("dry run: the plan is in the plan_restore log; nothing is restored")
-        if not ticket.lossy and is_true(self.auto_approve):
+        auto = is_true(self.auto_approve, "auto_approve")
+        deadline = timeout_minutes(self.timeout_minutes)
+        if not ticket.lossy and auto:
             self.log.info("epochal approve_restore: the plan loses nothing; approved (auto_approve)")
-            return {"chosen_options": [self.APPROVE], "auto_approved": True}
-        minutes = self.timeout_minutes
-        if minutes not in (None, "", "None"):
-            self.response_timeout = timedelta(minutes=float(minutes))
+            return {"chosen_options": [self.APPROVE], "auto_approved": True, "ticket": ticket.digest()}
+        if deadline is not None:
+            self.response_timeout = deadline
         self.subject, self.body = approval_text(ticket, self.response_timeout)
+        # kept while the task awaits input (Airflow clears a task's XComs only on a new try)
+        context["ti"].xcom_push(key=SHOWN_KEY, value=ticket.digest())
         self.log.info("epochal approve_restore: waiting for a person to approve:\n%s", self.body)
         return super().execute(context)
 
@@ -262,7 +352,9 @@ class RestoreApprovalOperator(ApprovalOperator):
                 self.log.info("epochal approve_restore: approved by %s", who)
             else:
                 self.log.info("epochal approve_restore: rejected by %s; nothing is restored", who)
-        return super().execute_complete(context, event)
+        answer = super().execute_complete(context, event)
+        shown = context["ti"].xcom_pull(task_ids=self.task_id, key=SHOWN_KEY)
+        return {**answer, "ticket": shown}
 
 
 def approval_text(ticket: PlanTicket, timeout: timedelta | None) -> tuple[str, str]:

@@ -79,7 +79,7 @@ class RestoreOperator(RestorePlanOperator):
 
     def execute(self, context: Context, event: Any = None) -> Any:
         if self.plan_task_id is None:
-            if is_true(self.plan_only):  # a dry run changes nothing: no lease
+            if is_true(self.plan_only, "dry_run"):  # a dry run changes nothing: no lease
                 return self.execute_leased(context, self.runtime(context))
             return EpochalOperator.execute(self, context, event)
         ti = context["ti"]
@@ -89,6 +89,12 @@ class RestoreOperator(RestorePlanOperator):
             raise AirflowFailException(
                 f"restore of job {self._ticket.job_id} was not approved in task {self.approval_task_id!r}: "
                 "nothing was restored"
+            )
+        if approval.get("ticket") != self._ticket.digest():
+            raise AirflowFailException(
+                f"restore of job {self._ticket.job_id}: the plan of task {self.plan_task_id!r} is not the "
+                f"one approved in task {self.approval_task_id!r} (a task was re-run after the approval): "
+                f"nothing was restored; clear {self.approval_task_id!r} too to review this plan"
             )
         self._by_person = not approval.get("auto_approved", False)
         if self._by_person:  # refuse before the lease is even taken: nothing at all is written
@@ -125,13 +131,14 @@ class RestoreOperator(RestorePlanOperator):
             raise AirflowFailException(self.busy_refusal(rt.job.job_id, describe(lease)))
         request = dataclasses.replace(self.request(), source=self._ticket.source, dry_run=True)
         now = plan_ticket(rt, request, self.new_parallelism(), context["run_id"])
-        refusal = self._ticket.refusal(now.position, plan_from_json(now.plan))
+        refusal = self._ticket.refusal(now.position, plan_from_json(now.plan), now.snapshot_digest)
         if refusal is not None:
             raise AirflowFailException(refusal)
 
     def execute_leased(self, context: Context, rt: EpochalRuntime) -> dict[str, Any]:
         from spark_jobs.lifecycle.restore import restore
         from spark_jobs.lifecycle.restore_render import render_plan
+        from state_store.core.restore import plan_from_json
 
         request = self.request()
         if self._ticket is not None:
@@ -141,6 +148,12 @@ class RestoreOperator(RestorePlanOperator):
                 self.check_approved_plan(context, rt)
             else:
                 now = plan_ticket(rt, request, self.new_parallelism(), context["run_id"])
+                if now.snapshot_digest != self._ticket.snapshot_digest:
+                    raise AirflowFailException(
+                        self._ticket.refusal(
+                            self._ticket.position, plan_from_json(self._ticket.plan), now.snapshot_digest
+                        )
+                    )
                 if now.lossy:
                     raise AirflowFailException(
                         f"the restore plan of job {rt.job.job_id} now loses something ({now.losses[0]}) "
