@@ -64,6 +64,14 @@ class SourceSubtask(SubtaskRunner):
     def expected_uids(self) -> list[str]:
         return [self.source_uid, *super().expected_uids()]
 
+    def _records(self, start: int, end: int, delivered: int) -> int:
+        """The ack's ``records``: positions count records (``end - start``, dead letters included),
+        except for a source whose positions are values (``epoch_end``: ``SparkTableSource``), whose
+        epoch counts the rows it delivered plus its dead letters."""
+        if callable(getattr(self.spec.source, "epoch_end", None)):
+            return delivered + sum(self.dead.count(r) for r in DeadLetterReason)
+        return end - start
+
     def _watermark(self) -> int | None:
         return None if self.max_ts is None else self.max_ts - self.spec.watermark_lag_ms - 1
 
@@ -82,9 +90,11 @@ class SourceSubtask(SubtaskRunner):
         chunks = self.source.read(
             self.partition, start, end, chunk_size=self.job.chunk_size, dead_letters=self.dead
         )
+        delivered = 0
         for batch in chunks:
             if batch.num_rows == 0:
                 continue
+            delivered += batch.num_rows
             ts = event_time_ms(batch, self.source.event_time_column)
             batch = batch.append_column(TS, pa.array(np.asarray(ts, dtype=np.int64), pa.int64()))
             self.max_ts = int(ts.max()) if self.max_ts is None else max(self.max_ts, int(ts.max()))
@@ -99,7 +109,9 @@ class SourceSubtask(SubtaskRunner):
         summaries = self.acknowledge()
         if self.declined is None:
             dead = {r.name: self.dead.count(r) for r in DeadLetterReason if self.dead.count(r)}
-            ack = SourceAck(self.source_uid, self.partition, self.max_ts, end, end - start, dead)
+            ack = SourceAck(
+                self.source_uid, self.partition, self.max_ts, end, self._records(start, end, delivered), dead
+            )
             self.responder.acknowledge(ack.record(self.site))
         self.dispose()
         return self.result(summaries)

@@ -254,7 +254,7 @@ def test_spark_table_source_reads_no_row_twice_without_a_dedup_step(spark: Any, 
     job = Job("plain", parallelism=1, max_parallelism=8)
     source = SparkTableSource("orders", path=str(folder), order_by="event_time", max_rows_per_epoch=4)
     job.source(source, uid="orders").sink(ParquetSink(), uid="out")
-    clock = ManualClock(DEFAULT_START_MS)
+    clock, counted = ManualClock(DEFAULT_START_MS), []
     for epoch in range(5):
         append_orders(folder, epoch * 3, 3)
         clock.advance(STEP_MS)
@@ -263,8 +263,19 @@ def test_spark_table_source_reads_no_row_twice_without_a_dedup_step(spark: Any, 
             run_cycle(job, uri, clock, **({"kill": kill} if kill else {}))
         except SimulatedCrash:
             run_cycle(job, uri, clock)
+        counted.append(records_metric(uri, "plain"))
     ids = sorted(r["id"] for r in read_committed(open_store(uri), "plain", "out").to_pylist())
     assert ids == list(range(15))
+    # the ack's records are rows delivered, not the width of the mark's range (1,000 ms per row here)
+    assert sum(counted) == 15 and max(counted) <= 4, counted
+
+
+def records_metric(uri: str, job_id: str) -> int:
+    """The ``records`` metric of the latest completed checkpoint's source acks."""
+    completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout(job_id), 10)
+    latest = completed.latest()
+    assert latest is not None
+    return sum(int(t.metrics["records"]) for t in latest.metadata.tasks if t.task.uid == "orders")
 
 
 def position(uri: str, job_id: str) -> int:
