@@ -79,7 +79,7 @@ def _call(what: Callable[[ProgressReporter], None]) -> None:
         return
     try:
         what(reporter)
-    except ZeroDivisionError as exc:  # progress must never break an epoch
+    except Exception as exc:  # progress must never break an epoch
         log.warning("progress reporting switched off: %s", exc)
         _current = None
 
