@@ -2,13 +2,15 @@
 
 Every function accepts None (shown as ``-``) and never raises on a value from storage: a number no
 calendar holds or a type it does not expect is shown as it is. Durations and sizes are humanized the
-way Flink's web UI shows them (``850 ms``, ``12.3 s``, ``4 min 5 s``, ``1.2 MiB``).
+way Flink's web UI shows them (``850 ms``, ``12.3 s``, ``4 min 05 s``, ``1.2 MiB``).
 """
 
 from __future__ import annotations
 
 from datetime import UTC, datetime
 from typing import Any
+
+from state_store.core.trigger_checks import human_duration
 
 _TIMESTAMP_KEYS = ("created_ms", "trigger_ms", "end_ms", "completed_ms", "modified_ms", "until_ms")
 
@@ -24,24 +26,14 @@ def fmt_time(ms: int | None) -> str:
 
 
 def fmt_duration(ms: float | None) -> str:
-    """``850 ms``, ``12.3 s``, ``4 min 5 s``, ``2 h 3 min``, ``3 d 4 h``."""
+    """``human_duration`` of the core (``850 ms``, ``12.3 s``, ``4 min 05 s``, ``2 h 03 min``,
+    ``3 d 04 h``: the same text as the CLI's refusals); a negative value from storage is shown with
+    its sign instead of raising."""
     if ms is None:
         return "-"
     if ms < 0:
-        return f"{ms:.0f} ms"
-    if ms < 1000:
-        return f"{ms:.0f} ms"
-    s = ms / 1000
-    if s < 60:
-        return f"{s:.1f} s"
-    m, s = divmod(int(s), 60)
-    if m < 60:
-        return f"{m} min {s} s"
-    h, m = divmod(m, 60)
-    if h < 24:
-        return f"{h} h {m} min"
-    d, h = divmod(h, 24)
-    return f"{d} d {h} h"
+        return f"-{human_duration(-ms)}"
+    return human_duration(ms)
 
 
 def fmt_age(ms: int | None, now_ms: int) -> str:

@@ -166,7 +166,7 @@ def test_the_trigger_conf_is_the_dags_params_and_bad_fields_are_one_line() -> No
 @pytest.mark.parametrize(
     ("key", "value", "shown"),
     [
-        ("timeout_ms", 600_000, "10 min 0 s"),
+        ("timeout_ms", 600_000, "10 min 00 s"),
         ("created_ms", 1_700_000_000_000, "2023-11-14 22:13:20"),
         ("state_size", 3 * 1024 * 1024, "3.0 MiB"),
         ("mode_properties", {"forced": False, "retention": "x"}, "forced: no; retention: x"),
@@ -182,7 +182,7 @@ def test_durations_read_like_flinks() -> None:
     assert [fmt_duration(v) for v in (850, 12_345, 245_000, 7_380_000, 270_000_000)] == [
         "850 ms",
         "12.3 s",
-        "4 min 5 s",
-        "2 h 3 min",
-        "3 d 3 h",
+        "4 min 05 s",
+        "2 h 03 min",
+        "3 d 03 h",
     ]
