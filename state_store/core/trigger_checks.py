@@ -90,8 +90,9 @@ def check_clock(job_id: str, now_ms: int) -> None:
 
 def min_pause_detail(now_ms: int, checkpoint_id: int, completed_ms: int, min_pause_ms: int) -> str:
     """Why pre-check d refused, for people: never a negative time. A clock behind the last
-    completion means the wall clock stepped back (NTP) or the job was run with another clock
-    (``state_store.clocks``); the message names both, with the remedy of each."""
+    completion means the wall clock stepped back (NTP), an Airflow run with an older logical date
+    was cleared or triggered, or the job was run with another clock (``state_store.clocks``); the
+    message names all three, with the remedy of each."""
     elapsed = now_ms - completed_ms
     if elapsed >= 0:
         return (
@@ -101,8 +102,9 @@ def min_pause_detail(now_ms: int, checkpoint_id: int, completed_ms: int, min_pau
     return (
         f"the job's clock reads {human_time(now_ms)}, before checkpoint {checkpoint_id} completed "
         f"({human_time(completed_ms)}): either the clock went back (an NTP step: run the next epoch "
-        f"after {human_time(completed_ms)}) or the job was run with another clock (run it with the "
-        "clock it ran with, see docs/clocks.md)"
+        f"after {human_time(completed_ms)}), or an Airflow run with an older logical date was cleared "
+        "or triggered (epochs only move forward: trigger a new run; epochal_backfill for the past), "
+        "or the job was run with another clock (run it with the clock it ran with, see docs/clocks.md)"
     )
 
 

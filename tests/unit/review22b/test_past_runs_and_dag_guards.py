@@ -41,6 +41,8 @@ def test_a_past_epoch_run_is_refused_and_commits_nothing_twice(tmp_path: Path) -
     with pytest.raises(CheckpointException) as refused:
         cycle(job, uri, run_clock({"data_interval_end": first}))  # type: ignore[typeddict-item]
     assert "before checkpoint 3 completed" in str(refused.value) and "\n" not in str(refused.value)
+    assert "older logical date was cleared or triggered" in str(refused.value)  # the cause, and its remedy
+    assert "epochal_backfill" in str(refused.value)
     assert committed_rows(uri, job) == rows and len(set(rows)) == len(rows)
     assert latest_metadata(uri, job).checkpoint_id == latest
 
