@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -138,7 +139,11 @@ def reference_rows(epochs: int) -> list[Any]:
 
 def completed_epochs(*outputs: str) -> int:
     """Epochs the CLI reported completed (retention keeps only the newest checkpoints)."""
-    return sum(line.endswith(": completed") for out in outputs for line in out.splitlines())
+    return sum(bool(_COMPLETED.match(line)) for out in outputs for line in out.splitlines())
+
+
+_COMPLETED = re.compile(r"^epoch -> checkpoint \d+: completed\b")
+"""The summary line ``epoch run`` prints per completed epoch (``... completed in 0.4 s; records ...``)."""
 
 
 def check_output(r: Round, store_uri: str, epochs: int) -> dict[str, Any]:
