@@ -35,7 +35,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.ui.test_checkpoints_page import artifacts_dir, free_port
+from tests.integration.airflow.support import free_port
+from tests.integration.ui.test_checkpoints_page import artifacts_dir
 from tests.integration.ui.test_checkpoints_page import browser as browser  # the fixture, re-exported
 
 pytestmark = pytest.mark.integration

@@ -6,12 +6,20 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import sqlite3
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from spark_jobs.sources.generator import DEFAULT_START_MS
 from tests.unit.runtime.support import STEP_MS
@@ -74,3 +82,49 @@ def is_paused(env: dict[str, str], dag_id: str) -> bool | None:
     with sqlite3.connect(Path(env["AIRFLOW_HOME"]) / "airflow.db") as db:
         row = db.execute("SELECT is_paused FROM dag WHERE dag_id = ?", (dag_id,)).fetchone()
     return None if row is None else bool(row[0])
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def api_server(
+    airflow_bin: str, env: dict[str, str], home: Path, *, stop_grace_s: float = 10
+) -> Iterator[str]:
+    """``airflow api-server`` on a free loopback port in its own session (log: ``home/api-server.log``);
+    yields its base URL once ``/api/v2/monitor/health`` answers 200 (the test fails with the log's tail
+    if it dies or takes over 180 s); stops the whole process group (SIGTERM, then SIGKILL)."""
+    port = free_port()
+    log = home / "api-server.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            [airflow_bin, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                with urllib.request.urlopen(f"{base}/api/v2/monitor/health", timeout=5) as r:
+                    if r.status == 200:
+                        break
+            except OSError:
+                pass
+            if proc.poll() is not None or time.monotonic() > deadline:
+                pytest.fail(f"airflow api-server did not start: {log.read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield base
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=stop_grace_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

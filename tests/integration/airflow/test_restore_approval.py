@@ -14,9 +14,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import signal
-import socket
 import sqlite3
 import subprocess
 import time
@@ -31,18 +28,12 @@ import pytest
 
 from state_store.core import JobRecords
 from state_store.storage import open_store
-from tests.integration.airflow.support import airflow_environment, logical_date
+from tests.integration.airflow.support import airflow_environment, api_server, logical_date
 from tests.unit.runtime.support import STEP_MS, cycle, new_clock, small_job
 
 pytestmark = pytest.mark.integration
 DAG_ID, TASK = "epochal_restore", "approve_restore"
 USER, PASSWORD = "epochal-approver", "test-only-password"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -122,37 +113,8 @@ def airflow(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Airflow]:
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS=f"{USER}:admin",
         AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE=str(passwords),
     )
-    port = free_port()
-    log = home / "api-server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [env["AIRFLOW_BIN"], "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    server = Airflow(env, f"http://127.0.0.1:{port}")
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                with urllib.request.urlopen(f"{server.base}/api/v2/monitor/health", timeout=5) as r:
-                    if r.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"airflow api-server did not start: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield server
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    with api_server(env["AIRFLOW_BIN"], env, home) as base:
+        yield Airflow(env, base)
 
 
 def two_epochs(tmp_path: Path) -> str:

@@ -23,11 +23,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
-import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -37,6 +34,7 @@ from typing import Any
 
 import pytest
 
+from tests.integration.airflow.support import api_server
 from tests.unit.monitoring.support import JOB_ID, Made, make_history
 
 pytestmark = pytest.mark.integration
@@ -44,12 +42,6 @@ ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 USER, PASSWORD = "epochal-viewer", "test-only-password"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def http(url: str, token: str | None = None) -> tuple[int, Any]:
@@ -104,36 +96,8 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     }
     airflow = str(Path(sys.executable).parent / "airflow")
     subprocess.run([airflow, "db", "migrate"], env=env, check=True, capture_output=True, timeout=300)
-    port = free_port()
-    log = home / "api-server.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            [airflow, "api-server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
-            env=env,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 180
-        while True:
-            try:
-                if http(f"{base}/api/v2/monitor/health")[0] == 200:
-                    break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"airflow api-server did not start: {log.read_text()[-3000:]}")
-            time.sleep(0.5)
-        yield Server(base, made, log)
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+    with api_server(airflow, env, home, stop_grace_s=5) as base:
+        yield Server(base, made, home / "api-server.log")
 
 
 def test_plugin_is_registered_with_its_app_and_nav_entry(server: Server) -> None:
