@@ -10,7 +10,9 @@ other step is chained into the stage it follows (Flink's operator chaining)::
 Invariants checked by :meth:`JobGraph.validate` (each a one-line error naming the step and the fix):
   * every stateful step and every source and sink has a ``uid``; uids are unique and valid names;
   * keyed steps (process, window, deduplicate) follow a ``key_by``;
-  * the graph ends in at least one sink.
+  * the graph ends in at least one sink;
+  * the operators of a stage form one chain; any number of sinks may tap the output of any step of
+    it (fan-out to sinks: each sink receives every row that step emits).
 """
 
 from __future__ import annotations
@@ -145,6 +147,11 @@ class JobGraph:
                 stages.append(stage)
             elif isinstance(spec, KeyBySpec):
                 upstream = [stage_of[id(step.inputs[0])].index]
+                if any(upstream[0] in other.inputs for other in stages):
+                    raise JobDefinitionError(
+                        f"{step.describe()} is the second exchange out of the same stage: one stage feeds at "
+                        "most one key_by or connect; key once and branch to sinks, or run two jobs"
+                    )
                 stage = Stage(len(stages), spec.key, [step], upstream, [spec.key])
                 stages.append(stage)
             elif isinstance(spec, ConnectSpec):
@@ -154,15 +161,22 @@ class JobGraph:
                         f"{step.describe()} connects two streams of the same stage: connect streams that "
                         "come from different sources or key_by steps"
                     )
+                if any(index in other.inputs for index in upstream for other in stages):
+                    raise JobDefinitionError(
+                        f"{step.describe()} reads a stage that already feeds another key_by or connect: one "
+                        "stage feeds at most one exchange; branch to sinks only, or run two jobs"
+                    )
                 stage = Stage(len(stages), spec.keys[0], [step], upstream, list(spec.keys))
                 stages.append(stage)
             else:
                 (parent,) = step.inputs
                 stage = stage_of[id(parent)]
-                if parent is not stage.steps[-1]:
+                chain_end = [s for s in stage.steps if not isinstance(s.spec, SinkSpec)][-1]
+                if not isinstance(spec, SinkSpec) and parent is not chain_end:
                     raise JobDefinitionError(
-                        f"{step.describe()} branches off {parent.describe()}: fan-out inside a stage is "
-                        "not supported yet; add the step to the end of the chain"
+                        f"{step.describe()} branches off {parent.describe()}, which already feeds "
+                        f"{chain_end.describe()}: only sinks may branch off a step (a tap); chain the "
+                        "step after the last one, or start another branch with .key_by(...)"
                     )
                 stage.steps.append(step)
             stage_of[id(step)] = stage

@@ -1,15 +1,17 @@
 """The second example job (issue 21): orders that another system drops as JSON-lines files into a
-landing zone, revenue per customer per hour, exactly once into a Delta Lake table or a PostgreSQL
-table::
+landing zone, revenue per customer per hour, exactly once into a Delta Lake table and/or a
+PostgreSQL table::
 
     PrefixSource "orders" (landing/orders/date=YYYY-MM-DD/*.json, one partition per date folder)
       -> key_by(order_id).deduplicate(ttl 1 day)            uid "dedup"    (redelivered orders)
       -> key_by(customer).window(tumbling 1 h, count, sum)  uid "revenue"
-      -> DeltaSink merge, or PostgresSink upsert, by (customer, window_start)   uid "revenue-table"
+      -> DeltaSink merge by (customer, window_start)         uid "revenue-delta"
+      `-> PostgresSink upsert by (customer, window_start)    uid "revenue-postgres"
 
-A job has one sink per chain (fan-out is not supported yet): to fill both tables, run the job twice
-under two job ids. ``build_job(landing_uri, store_uri, table)``; ``write_orders`` drops a file the
-way an upstream system would; ``tests/unit/examples/test_landing_orders.py`` runs both variants.
+Both sinks tap the window's output (fan-out to sinks): each checkpoint commits the same hours to
+both tables, each exactly once. ``build_job(landing_uri, store_uri, delta=..., postgres=...)``
+(either or both); ``write_orders`` drops a file the way an upstream system would;
+``tests/unit/examples/test_landing_orders.py`` runs each table alone and both together.
 """
 
 from __future__ import annotations
@@ -41,14 +43,19 @@ ORDERS = pa.schema(
 def build_job(
     landing_uri: str,
     store_uri: str,
-    table: DeltaSink | PostgresSink,
     *,
+    delta: DeltaSink | None = None,
+    postgres: PostgresSink | None = None,
     job_id: str = JOB_ID,
     settle_ms: int = 30_000,
     clock: Any = None,
 ) -> Job:
     """The job; ``store_uri`` is where it keeps checkpoints (and the landing zone's manifest);
-    ``table``: ``delta_table(path)`` or ``postgres_table(table, dsn=...)``."""
+    ``delta``: ``delta_table(path)``, ``postgres``: ``postgres_table(table, dsn=...)``; at least one."""
+    if delta is None and postgres is None:
+        raise ValueError(
+            "landing_orders.build_job: pass delta=delta_table(...) and/or postgres=postgres_table(...)"
+        )
     orders = PrefixSource(
         "orders",
         landing_uri,
@@ -62,7 +69,7 @@ def build_job(
         **({"clock": clock} if clock is not None else {}),
     )
     job = Job(job_id, parallelism=2, max_parallelism=16)
-    (
+    revenue = (
         job.source(orders, uid="orders", out_of_orderness_ms=60_000, idleness_ms=HOUR_MS)
         .key_by("order_id")
         .deduplicate(ttl_ms=24 * HOUR_MS, uid="dedup")
@@ -72,8 +79,11 @@ def build_job(
             Aggregates(Count(name="orders"), Sum("amount_cents", name="revenue_cents")),
             uid="revenue",
         )
-        .sink(table, uid="revenue-table")
     )
+    if delta is not None:
+        revenue.sink(delta, uid="revenue-delta")
+    if postgres is not None:
+        revenue.sink(postgres, uid="revenue-postgres")
     return job
 
 

@@ -2,16 +2,19 @@
 
 ::
 
-    push(batch, input) -> op 0 -> op 1 -> ... -> op k -> StageExit -> the stage's sink
-                                                                 `-> the consumer's subtasks (by key)
+    push(batch, input) -> op 0 -> op 1 -> ... -> op k -> StageExit -> the sinks tapping the chain's end
+                       |        |                               `-> the consumer's subtasks (by key)
+                       `--------`-- sinks tapping position i (op i's input) receive the same rows
     side(tag, batch) of any operator ------------------> StageExit -> the tag's side sink, or dropped
 
 Invariants:
   * operator i's output is operator i + 1's input, the last operator's output is the exit; a chain
     without operators hands batches and watermarks straight to the exit;
   * the first operator of a two-input stage is a ``CoProcessOperator``: the input index picks the side;
-  * the exit writes a non-empty batch to the stage's sink if it has one, else splits it by key group
-    into one message per destination subtask of the consumer, else drops it (the terminal stage);
+  * a non-empty batch reaching position i is written to every sink tapping i before op i sees it;
+  * the exit writes a non-empty batch to every sink tapping the chain's end, and splits it by key
+    group into one message per destination subtask of the consumer if there is one (else, with no
+    sink either, it is dropped: a stage whose branches all end in taps);
   * a watermark leaves only when it advances; statuses, barriers and cancellation markers go to
     every subtask of the consumer; the sequence numbers of a subtask's messages strictly increase;
   * a side output goes to the side sink of its tag, else it is counted in ``side_dropped``.
@@ -28,7 +31,7 @@ from spark_jobs.runtime.keys import KeySpec, key_column, key_groups, split_by, s
 from spark_jobs.runtime.messages import Message, to_message
 from spark_jobs.runtime.operators.base import Operator, Output
 from spark_jobs.runtime.operators.process import CoProcessOperator
-from spark_jobs.runtime.subtask_sinks import SubtaskSinks
+from spark_jobs.runtime.subtask_sinks import CHAIN_END, SubtaskSinks
 from state_store.core.stream import Watermark
 
 
@@ -66,9 +69,8 @@ class StageExit:
         if batch.num_rows == 0:
             return
         self.rows_out += batch.num_rows
-        if self.sinks.main is not None:
-            self.sinks.write(self.sinks.main, batch)
-        elif self.route is not None:
+        self.sinks.write_tapped(CHAIN_END, batch)
+        if self.route is not None:
             for dest, part in self.route.split(batch):
                 self._send(dest, part)
 
@@ -93,12 +95,15 @@ class StageExit:
 
 
 class _Link:
-    """Output of operator i = input of operator i + 1; side outputs go to the exit."""
+    """Output of operator i = input of operator i + 1 (chain position i + 1, written first to the
+    sinks tapping it); side outputs go to the exit."""
 
-    def __init__(self, nxt: Operator, exit: StageExit) -> None:
-        self.nxt, self.exit = nxt, exit
+    def __init__(self, nxt: Operator, exit: StageExit, position: int) -> None:
+        self.nxt, self.exit, self.position = nxt, exit, position
 
     def emit(self, batch: pa.RecordBatch) -> None:
+        if batch.num_rows:
+            self.exit.sinks.write_tapped(self.position, batch)
         self.nxt.process_batch(batch)
 
     def emit_watermark(self, timestamp: int) -> None:
@@ -114,7 +119,7 @@ class OperatorChain:
     def __init__(self, ops: list[Operator], exit: StageExit) -> None:
         self.ops, self.exit = ops, exit
         self.rows_in = 0
-        outputs: list[Output] = [_Link(nxt, exit) for nxt in ops[1:]]
+        outputs: list[Output] = [_Link(nxt, exit, i) for i, nxt in enumerate(ops[1:], start=1)]
         for op, output in zip(ops, [*outputs, exit]):
             op.output = output
 
@@ -126,6 +131,8 @@ class OperatorChain:
     def push(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
         self.rows_in += batch.num_rows
         first = self.ops[0] if self.ops else None
+        if first is not None and batch.num_rows:
+            self.exit.sinks.write_tapped(0, batch)
         if isinstance(first, CoProcessOperator):
             first.process_input(batch, input_index)
         elif first is not None:

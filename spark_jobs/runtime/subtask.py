@@ -37,7 +37,7 @@ from spark_jobs.runtime.chain import OperatorChain, Route, StageExit
 from spark_jobs.runtime.channel_state import ChannelStateRef
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.operators.base import OperatorContext
-from spark_jobs.runtime.operators.build import build_chain_operators
+from spark_jobs.runtime.operators.build import BUILDERS, build_chain_operators
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.state_io import (
     RestoredKeyGroup,
@@ -45,7 +45,7 @@ from spark_jobs.runtime.state_io import (
     read_operator_restore,
     write_operator_snapshot,
 )
-from spark_jobs.runtime.subtask_sinks import SubtaskSinks
+from spark_jobs.runtime.subtask_sinks import CHAIN_END, SubtaskSinks
 from state_store.core import killpoints
 from state_store.core.completed import load_completed
 from state_store.core.keygroups import KeyGroupRange, key_group_range_for_subtask
@@ -109,11 +109,24 @@ def _route(stages: list[Stage], stage: Stage, subtask: int, plan: EpochPlan) -> 
     return Route(key, channel, topo.width(consumer, job), job.max_parallelism, job.parallelism)
 
 
-def _stage_sinks(stage: Stage) -> tuple[tuple[str, Any] | None, dict[str, SideOutput]]:
-    """The stage's sink (uid, sink spec) and its side outputs by tag (a later one of a tag wins)."""
-    sinks = ((step.uid or "", step.spec.sink) for step in stage.steps if isinstance(step.spec, SinkSpec))
+def _stage_sinks(stage: Stage) -> tuple[list[tuple[int, str, Any]], dict[str, SideOutput]]:
+    """The stage's sinks (chain position they tap, uid, sink spec; in step order) and its side
+    outputs by tag (a later one of a tag wins). A sink taps the output of its input step: the
+    position after the operators built up to that step, ``CHAIN_END`` after the last one."""
+    built = 0
+    after: dict[int, int] = {}
+    for step in stage.steps:
+        if BUILDERS.get(type(step.spec)) is not None:
+            built += 1
+        after[id(step)] = built
+    taps = [
+        (after[id(step.inputs[0])], step.uid or "", step.spec.sink)
+        for step in stage.steps
+        if isinstance(step.spec, SinkSpec)
+    ]
+    taps = [(CHAIN_END if position == built else position, uid, spec) for position, uid, spec in taps]
     side = {output.tag: output for step in stage.steps for output in step.side_outputs()}
-    return next(sinks, None), side
+    return taps, side
 
 
 def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskParts:
@@ -159,8 +172,8 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
                 bases[op.uid] = base
             op.open(ctx, restored)
             timing.restore_s += time.perf_counter() - began
-        main, side = _stage_sinks(stage)
-        sinks.open(store, job.job_id, plan.checkpoint_id, main, side)
+        taps, side = _stage_sinks(stage)
+        sinks.open(store, job.job_id, plan.checkpoint_id, taps, side)
     responder = TaskCheckpointResponder(store, job.job_id, kill=kill)
     return SubtaskParts(
         plan,

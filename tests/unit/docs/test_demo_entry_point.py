@@ -99,6 +99,7 @@ def test_the_demo_job_starts_now_and_every_process_shares_its_start(monkeypatch:
     assert job.graph.stages()[0].source_spec.source.end_offsets(1795600000000 + 1000)  # 1 s of clicks
     assert sum(job.graph.stages()[0].source_spec.source.end_offsets(1795600000000).values()) == 0
     monkeypatch.delenv(demo.START_ENV)
+    monkeypatch.setattr(demo, "ROOT", Path("/nonexistent"))  # no .demo/start_ms of an earlier make demo
     now = time.time() * 1000
     fresh = sum(demo.demo_job().graph.stages()[0].source_spec.source.end_offsets(int(now)).values())
     assert fresh < 1000  # without a start: now, not 2023 (which would read a per-epoch cap)

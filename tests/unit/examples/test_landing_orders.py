@@ -46,9 +46,9 @@ def expected() -> list[tuple[Any, ...]]:
     return sorted((c, int(w), int(n), int(r)) for (c, w), (n, r) in grouped.iterrows())
 
 
-def run(tmp: Path, table: Any, job_id: str) -> None:
+def run(tmp: Path, job_id: str, **tables: Any) -> None:
     landing, store = tmp / "landing", (tmp / "store").as_uri()
-    job = build_job(landing.as_uri(), store, table, job_id=job_id, settle_ms=0)
+    job = build_job(landing.as_uri(), store, job_id=job_id, settle_ms=0, **tables)
     clock = ManualClock(int(T0.timestamp() * 1000))
     for i, (name, orders) in enumerate(FILES):
         write_orders(landing, "2026-11-21", name, orders)
@@ -62,14 +62,32 @@ def run(tmp: Path, table: Any, job_id: str) -> None:
     run_cycle(job, store, clock, executor="local")
 
 
+def delta_rows(path: Path) -> list[tuple[Any, ...]]:
+    rows = both_readers(path)
+    return sorted((r["customer"], r["window_start"], r["orders"], r["revenue_cents"]) for r in rows)
+
+
+def postgres_rows(database: Db) -> list[tuple[Any, ...]]:
+    got = database.query(
+        "SELECT customer, window_start, orders, revenue_cents FROM {s}.revenue ORDER BY 1, 2"
+    )
+    return [tuple(r) for r in got]
+
+
 def test_the_example_fills_a_delta_table_exactly_once(tmp_path: Path) -> None:
-    run(tmp_path, delta_table(str(tmp_path / "revenue")), "orders-delta")
-    rows = both_readers(tmp_path / "revenue")
-    got = sorted((r["customer"], r["window_start"], r["orders"], r["revenue_cents"]) for r in rows)
+    run(tmp_path, "orders-delta", delta=delta_table(str(tmp_path / "revenue")))
+    got = delta_rows(tmp_path / "revenue")
     assert got == expected() and len(got) >= 4
 
 
 def test_the_example_fills_a_postgres_table_exactly_once(tmp_path: Path, db: Db) -> None:  # noqa: F811
-    run(tmp_path, postgres_table(f"{db.schema}.revenue", dsn=db.dsn), "orders-pg")
-    got = db.query("SELECT customer, window_start, orders, revenue_cents FROM {s}.revenue ORDER BY 1, 2")
-    assert [tuple(r) for r in got] == expected()
+    run(tmp_path, "orders-pg", postgres=postgres_table(f"{db.schema}.revenue", dsn=db.dsn))
+    assert postgres_rows(db) == expected()
+
+
+def test_one_job_fills_both_tables_exactly_once(tmp_path: Path, db: Db) -> None:  # noqa: F811
+    """Fan-out: the Delta and the PostgreSQL sink tap the same window; through the crash after the
+    acks both tables hold every closed hour once."""
+    delta = delta_table(str(tmp_path / "revenue"))
+    run(tmp_path, "orders-both", delta=delta, postgres=postgres_table(f"{db.schema}.revenue", dsn=db.dsn))
+    assert delta_rows(tmp_path / "revenue") == postgres_rows(db) == expected()

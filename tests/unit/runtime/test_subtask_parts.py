@@ -27,7 +27,7 @@ from spark_jobs.runtime.keys import key_column, key_groups
 from spark_jobs.runtime.messages import from_message
 from spark_jobs.runtime.operators.base import MapOperator
 from spark_jobs.runtime.state_io import WrittenSnapshot
-from spark_jobs.runtime.subtask_sinks import SubtaskSinks
+from spark_jobs.runtime.subtask_sinks import CHAIN_END, SubtaskSinks
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import documents
 from state_store.core.checksums import checksum_of
@@ -195,7 +195,7 @@ def test_the_exit_routes_by_key_forwards_advancing_watermarks_and_counts_dropped
 def test_the_exit_writes_to_the_stage_sink_and_side_sinks_and_operators_chain_in_order() -> None:
     sinks = SubtaskSinks(0, 1, 1)
     main, late = Recording(), Recording()
-    sinks.main, sinks.side = "out", {"late": "out-late"}
+    sinks.taps, sinks.side = {CHAIN_END: ["out"]}, {"late": "out-late"}
     sinks.sinks, sinks.txns = {"out": main, "out-late": late}, {"out": "txn-out", "out-late": "txn-late"}
     exit = StageExit(sinks, None)
     doubled = MapOperator(
