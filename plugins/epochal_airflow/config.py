@@ -41,6 +41,7 @@ KEYS = (
     "EPOCHAL_SPARK_CONN_ID",
     "EPOCHAL_SPARK_CONF",
     "EPOCHAL_SCHEDULE",
+    "EPOCHAL_LANDING_POLL_S",
     "EPOCHAL_RESTART",
     "EPOCHAL_SNAPSHOT_ROOTS",
     "EPOCHAL_MONITOR_JOBS",
@@ -150,6 +151,19 @@ def check_for_typos(env: dict[str, str]) -> None:
             raise EpochalConfigError(f"{name} is not an Epochal setting: did you mean {close[0]}?")
 
 
+def parse_poll(text: str) -> float:
+    """``EPOCHAL_LANDING_POLL_S``: seconds > 0 between two listings of a watched landing zone."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not seconds > 0 or seconds != seconds or seconds == float("inf"):
+        raise EpochalConfigError(
+            f"EPOCHAL_LANDING_POLL_S={text!r} is invalid: use the seconds between two listings, e.g. 30"
+        )
+    return seconds
+
+
 @dataclass(frozen=True)
 class EpochalSettings:
     jobs: tuple[str, ...]
@@ -160,6 +174,8 @@ class EpochalSettings:
     restart: RestartStrategy = field(default_factory=RestartStrategy)
     spark_conn_id: str = "spark_default"
     spark_conf: dict[str, str] = field(default_factory=dict)
+    landing_poll_s: float = 30.0
+    """``EPOCHAL_LANDING_POLL_S``: how often a landing zone's watcher lists its prefix (assets schedule)."""
 
     @property
     def data_aware(self) -> bool:
@@ -188,6 +204,7 @@ class EpochalSettings:
             restart=parse_restart(e.get("EPOCHAL_RESTART", "fixed-delay:1:5")),
             spark_conn_id=spark_conn_id,
             spark_conf=parse_spark_conf(e.get("EPOCHAL_SPARK_CONF", "")),
+            landing_poll_s=parse_poll(e.get("EPOCHAL_LANDING_POLL_S", "30")),
         )
 
 

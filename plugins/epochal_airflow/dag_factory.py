@@ -13,7 +13,9 @@ the provider's ``SparkSubmitOperator`` (``spark-submit``) against a Spark cluste
 Data-aware schedule (``EPOCHAL_SCHEDULE=assets``): the DAG is scheduled on one Airflow Asset per
 source (:func:`source_asset`); whoever appends input emits an event for that asset (a producer
 task's ``outlets``, or the REST API) and the scheduler queues an epoch; an epoch that finds no new
-input still short-circuits.
+input still short-circuits. A landing zone (``PrefixSource``) needs no producer's help: its asset
+carries an ``AssetWatcher`` whose trigger polls the prefix every ``EPOCHAL_LANDING_POLL_S`` seconds
+(default 30) and fires while settled files wait unread (``triggers/landing.py``).
 
 Backfill: an epoch DAG refuses Airflow's own backfill (``allowed_run_types`` has every run type
 but ``backfill``, so ``airflow backfill create``, the REST API and the UI refuse it before any run
@@ -32,7 +34,7 @@ import re
 from typing import Any
 
 import pendulum
-from airflow.sdk import DAG, Asset, AssetAny, Param
+from airflow.sdk import DAG, Asset, AssetAny, AssetWatcher, Param
 from airflow.sdk.api.datamodels._generated import DagRunType  # what DAG(allowed_run_types=) takes
 
 from epochal_airflow.config import EpochalSettings
@@ -71,20 +73,34 @@ def dag_id_for(job_id: str) -> str:
     return "epochal_" + job_id.replace("-", "_")
 
 
-def source_asset(job: Any, source: Any) -> Asset:
+def source_asset(job: Any, source: Any, job_ref: str | None = None, poll_interval: float = 30.0) -> Asset:
     """The Asset standing for one source's input: the source's own ``asset_uri`` or ``location``
-    when it has one (e.g. ``s3://bucket/clicks/``), else ``epochal://<job_id>/sources/<uid>``."""
+    when it has one (e.g. ``s3://bucket/clicks/``), else ``epochal://<job_id>/sources/<uid>``. A
+    source with a landing zone (``unread_files``: a ``PrefixSource``) is watched when ``job_ref``
+    is given: the asset's ``AssetWatcher`` runs ``NewLandingFilesTrigger`` in the triggerer, so a file
+    dropped into the prefix queues an epoch by itself."""
     uri = getattr(source, "asset_uri", None) or getattr(source, "location", None)
     if not isinstance(uri, str) or not uri:
         uri = f"epochal://{job.job_id}/sources/{source.uid}"
-    return Asset(uri=uri, name=f"{job.job_id}.{source.uid}", group="epochal-source")
+    watchers = []
+    if job_ref is not None and hasattr(source, "unread_files"):
+        from epochal_airflow.triggers.landing import NewLandingFilesTrigger
+
+        trigger = NewLandingFilesTrigger(job_ref, source.uid, poll_interval)
+        watchers.append(AssetWatcher(name=f"{job.job_id}.{source.uid}.files", trigger=trigger))
+    return Asset(uri=uri, name=f"{job.job_id}.{source.uid}", group="epochal-source", watchers=watchers)
 
 
-def source_assets(job: Any) -> AssetAny:
+def source_assets(job: Any, job_ref: str | None = None, poll_interval: float = 30.0) -> AssetAny:
     """The epoch DAG's data-aware schedule: new input on *any* source makes an epoch runnable."""
     from spark_jobs.api.specs import SourceSpec
 
-    return AssetAny(*(source_asset(job, spec.source) for _, spec in job.graph.steps_of(SourceSpec)))
+    return AssetAny(
+        *(
+            source_asset(job, spec.source, job_ref, poll_interval)
+            for _, spec in job.graph.steps_of(SourceSpec)
+        )
+    )
 
 
 def run_epoch_task(settings: EpochalSettings, common: dict[str, Any]) -> Any:
@@ -115,7 +131,9 @@ def build_epoch_dag(job_ref: str, settings: EpochalSettings) -> DAG:
     with DAG(
         dag_id=dag_id_for(job.job_id),
         description=f"Epoch cycle of Epochal job {job.job_id} ({job.mode}, parallelism {job.parallelism})",
-        schedule=source_assets(job) if settings.data_aware else settings.schedule,
+        schedule=source_assets(job, job_ref, settings.landing_poll_s)
+        if settings.data_aware
+        else settings.schedule,
         start_date=START,
         catchup=False,
         max_active_runs=1,

@@ -35,6 +35,7 @@ from __future__ import annotations
 import logging
 from collections import defaultdict
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import pyarrow as pa
@@ -49,7 +50,7 @@ from spark_jobs.sources.base import (
 )
 from spark_jobs.sources.dead_letters import DeadLetters
 from spark_jobs.sources.errors import InvalidPartitionError
-from spark_jobs.sources.prefix_discovery import Listed, Rules, classify, next_head, select
+from spark_jobs.sources.prefix_discovery import Listed, Rules, classify, is_known, next_head, select
 from spark_jobs.sources.prefix_errors import PrefixSourceError, SourceDefinitionChangedError
 from spark_jobs.sources.prefix_files import LandingFiles
 from spark_jobs.sources.prefix_formats import FORMATS, CsvOptions, FileFormat
@@ -63,6 +64,16 @@ from state_store.storage import open_store
 log = logging.getLogger(__name__)
 _DAY_MS = 86_400_000
 _ROUNDS = 5
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadFiles:
+    """``PrefixSource.unread_files``: the settled files not admitted yet (oldest first) and the
+    manifest's heads they were judged against (``partition=version``, comma-separated): a round of
+    the job that changed a head (e.g. saw a file once, to admit it at the next round) changes it."""
+
+    files: tuple[Listed, ...]
+    manifest_state: str
 
 
 class PrefixSource:
@@ -260,6 +271,36 @@ class PrefixSource:
         head, _, _ = self.manifest.load_head(partition)
         entries = self.manifest.covering(head, start, end)
         return self._files.read(self.landing, partition, entries, start, end, chunk_size, dead_letters)
+
+    # -- watching (read-only) --------------------------------------------------------------------
+    @property
+    def asset_uri(self) -> str:
+        """The landing prefix as a URI without query (``file:///.../landing/orders``,
+        ``s3://bucket/orders``): the Airflow Asset that stands for this source."""
+        base = self.landing.uri.split("?", 1)[0].rstrip("/")
+        return f"{base}/{self._prefix}" if self._prefix else base
+
+    def unread_files(self) -> UnreadFiles:
+        """The source's files that no epoch has admitted yet and that are older than ``settle_ms``,
+        oldest first -- what the next epochs will read -- and the manifest's state they were judged
+        against. Read-only: one listing and one head read per partition, nothing written (the job's
+        trigger alone moves the manifest)."""
+        self._check_definition()
+        listed = self._list()
+        now = self._clock.now_ms()
+        unread: list[Listed] = []
+        heads: list[str] = []
+        for partition in sorted(set(listed) | set(self.partitions())):
+            head, version, _ = self.manifest.load_head(partition)
+            heads.append(f"{partition}={version}")
+            seen = {entry.path: entry.modified_ms for entry in head.seen}
+            unread += [
+                f
+                for f in listed.get(partition, [])
+                if not is_known(head, f.path, f.modified_ms, seen)
+                and now - f.modified_ms >= self._rules.settle_ms
+            ]
+        return UnreadFiles(tuple(sorted(unread, key=lambda f: (f.modified_ms, f.path))), ",".join(heads))
 
     # -- discovery -------------------------------------------------------------------------------
     def partition_of(self, path: str) -> str | None:

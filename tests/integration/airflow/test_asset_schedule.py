@@ -72,3 +72,78 @@ def test_an_asset_event_makes_the_epoch_dag_due_and_a_run_without_input_short_ci
     assert run.returncode == 0, logs[-3000:]
     assert "status=skipped reason=no new input" in logs
     assert checkpoint_history(open_store(uri), "clickstream") == []
+
+
+EVENTS = """
+import json
+from sqlalchemy import select
+from airflow.models.asset import AssetEvent
+from airflow.models.dag import DagModel
+from airflow.utils.session import create_session
+with create_session() as session:
+    events = [{"uri": e.asset.uri, "extra": e.extra} for e in session.scalars(select(AssetEvent))]
+    print(json.dumps({"events": events, "due": sorted(DagModel.dags_needing_dagruns(session)[1])}))
+"""
+
+
+def test_a_file_dropped_into_a_landing_zone_queues_an_epoch_through_the_real_triggerer(
+    tmp_path_factory: pytest.TempPathFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The asset of a ``PrefixSource`` carries an ``AssetWatcher``: ``airflow triggerer`` runs its
+    trigger, which lists the landing zone; one dropped file becomes one asset event (its payload
+    says what waits) and the epoch DAG is due -- no producer task, no REST call."""
+    import os
+    import signal
+    import time
+
+    from tests.integration.airflow.support import free_port
+    from tests.unit.airflow import landing_watch_job as watched
+
+    monkeypatch.setenv(watched.ROOT_ENV, str(tmp_path))
+    home = tmp_path_factory.mktemp("airflow_watch")
+    env = airflow_environment(
+        home,
+        EPOCHAL_JOBS="tests.unit.airflow.landing_watch_job:job",
+        EPOCHAL_STORE_URI=(tmp_path / "store").as_uri(),
+        EPOCHAL_SCHEDULE="assets",
+        EPOCHAL_LANDING_POLL_S="0.5",
+        LANDING_WATCH_ROOT=str(tmp_path),
+        AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION="False",
+        AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT=str(free_port()),
+    )
+    subprocess.run(
+        [AIRFLOW_BIN, "dags", "reserialize"], env=env, check=True, capture_output=True, timeout=300
+    )
+
+    def recorded() -> dict[str, list]:  # type: ignore[type-arg]
+        out = subprocess.run(
+            [sys.executable, "-c", EVENTS], env=env, capture_output=True, text=True, timeout=120
+        )
+        assert out.returncode == 0, out.stderr[-3000:]
+        return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+    log = (home / "triggerer.log").open("w")
+    triggerer = subprocess.Popen(
+        [AIRFLOW_BIN, "triggerer"], env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+    )
+    try:
+        time.sleep(5)
+        assert recorded()["events"] == []  # an empty landing zone: nothing announced
+        watched.drop("orders", "2026-11-26-0001.json", [1, 2, 3])
+        deadline = time.monotonic() + 120
+        while not (seen := recorded())["events"]:
+            assert triggerer.poll() is None, (home / "triggerer.log").read_text()[-3000:]
+            assert time.monotonic() < deadline, (home / "triggerer.log").read_text()[-3000:]
+            time.sleep(2)
+        time.sleep(3)  # later polls see the same backlog: no second event
+        seen = recorded()
+    finally:
+        os.killpg(triggerer.pid, signal.SIGTERM)
+        triggerer.wait(60)
+        log.close()
+    (event,) = seen["events"]
+    assert event["uri"] == (tmp_path / "landing").as_uri()
+    payload = event["extra"]["payload"]
+    assert (payload["job_id"], payload["source"], payload["files"]) == ("watched", "drops", 1)
+    assert payload["oldest"] == "orders/2026-11-26-0001.json" and event["extra"]["from_trigger"] is True
+    assert seen["due"] == ["epochal_watched"]
