@@ -304,3 +304,58 @@ def test_an_order_by_column_the_table_lacks_is_named(spark: Any, tmp_path: Path)
     job.source(source, uid="orders").sink(ParquetSink(), uid="out")
     with pytest.raises(SparkTableError, match=r"no column 'created_at' \(order_by\)"):
         run_cycle(job, (tmp_path / "store").as_uri(), ManualClock(DEFAULT_START_MS))
+
+
+def test_spark_table_source_over_a_catalog_table_that_grows_reads_each_row_exactly_once(
+    spark: Any, tmp_path: Path
+) -> None:
+    """A table of Spark's catalog (``table=``), filled by ``INSERT INTO`` between epochs, read
+    5 rows per epoch by its id, with a crash after the acks of epoch 2 and the replay: each row is
+    committed once."""
+    name = f"orders_{tmp_path.name.replace('-', '_')}"
+    spark.sql(
+        f"CREATE TABLE {name} (id BIGINT, event_time TIMESTAMP, amount BIGINT) USING parquet "
+        f"LOCATION '{tmp_path / 'warehouse'}'"
+    )
+    try:
+        uri = (tmp_path / "store").as_uri()
+        job = Job("catalog-orders", parallelism=1, max_parallelism=8)
+        source = SparkTableSource(
+            "orders", table=name, order_by="id", event_time_column="event_time", max_rows_per_epoch=5
+        )
+        job.source(source, uid="orders").sink(ParquetSink(), uid="out")
+        clock = ManualClock(DEFAULT_START_MS)
+        for epoch in range(5):
+            if epoch < 3:
+                rows = ", ".join(
+                    f"({i}, TIMESTAMP_MILLIS({DEFAULT_START_MS + i}), {i % 3})"
+                    for i in range(epoch * 4, epoch * 4 + 4)
+                )
+                spark.sql(f"INSERT INTO {name} VALUES {rows}")
+            clock.advance(STEP_MS)
+            kill = KillAt(killpoints.AFTER_ACK, 3) if epoch == 2 else None
+            try:
+                run_cycle(job, uri, clock, **({"kill": kill} if kill else {}))
+            except SimulatedCrash:
+                run_cycle(job, uri, clock)
+        ids = sorted(r["id"] for r in read_committed(open_store(uri), "catalog-orders", "out").to_pylist())
+        assert ids == list(range(12))
+        assert position(uri, "catalog-orders") == 12
+    finally:
+        spark.sql(f"DROP TABLE IF EXISTS {name}")
+
+
+def test_a_catalog_that_does_not_exist_is_named_in_one_line_and_nothing_is_committed(
+    spark: Any, tmp_path: Path
+) -> None:
+    uri = (tmp_path / "store").as_uri()
+    job = Job("no-catalog", parallelism=1, max_parallelism=8)
+    source = SparkTableSource("orders", table="lakehouse.sales.orders", order_by="id")
+    job.source(source, uid="orders").sink(ParquetSink(), uid="out")
+    with pytest.raises(SparkTableError) as error:
+        run_cycle(job, uri, ManualClock(DEFAULT_START_MS))
+    message = str(error.value)
+    assert (
+        "\n" not in message and "table lakehouse.sales.orders" in message and "create it, or fix" in message
+    )
+    assert completed_ids(uri, "no-catalog") == []
