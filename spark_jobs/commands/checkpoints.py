@@ -163,14 +163,22 @@ def _operators(meta: CompletedMetadata, layout: JobLayout) -> str:
                 render.fmt_bytes(sum(h.size for t in tasks for h in t.handles)),
                 render.fmt_bytes(sum(incremental_bytes(layout, t) for t in tasks)),
                 f"{counted} {'rows out' if kind == 'sink' else 'read'}" if kind != "state" else "",
+                _peak_memory(tasks),
                 _note(tasks),
             ]
         )
     return render.table(
-        ["operator", "kind", "subtasks", "files", "state size", "uploaded", "records", "note"],
+        ["operator", "kind", "subtasks", "files", "state size", "uploaded", "records", "peak memory", "note"],
         rows,
-        right=(2, 3, 4, 5),
+        right=(2, 3, 4, 5, 7),
     )
+
+
+def _peak_memory(tasks: list[Any]) -> str:
+    """The largest peak resident set any subtask of the operator reported (``-``: acks written
+    before subtasks measured it)."""
+    peaks = [int(t.metrics["peak_rss_bytes"]) for t in tasks if t.metrics.get("peak_rss_bytes")]
+    return render.fmt_bytes(max(peaks)) if peaks else "-"
 
 
 def _note(tasks: list[Any]) -> str:

@@ -13,8 +13,9 @@ Invariants:
   * the channel state of an unaligned checkpoint is referenced by exactly one ack per subtask,
     the anchor's (``spark_jobs.runtime.channel_state``);
   * metrics of a StateAck: bytes and files written, state files referenced, the subtask's timing
-    (seconds, 6 decimals), the barrier alignment (keyed subtasks), then the operator's own metrics
-    (which win on a name clash).
+    (seconds, 6 decimals), the barrier alignment (keyed subtasks), the subtask's peak memory
+    (``peak_rss_bytes``, ``peak_rss_scope``: ``spark_jobs.runtime.memory``), then the operator's own
+    metrics (which win on a name clash); sink and source acks carry the peak memory too.
 """
 
 from __future__ import annotations
@@ -97,6 +98,7 @@ class StateAck:
     alignment_ms: float | None
     operator_metrics: Mapping[str, Any]
     channel_state: ChannelStateRef | None = None
+    memory: Mapping[str, Any] | None = None
 
     def record(self, site: AckSite) -> AckRecord:
         w = self.written
@@ -107,6 +109,7 @@ class StateAck:
             "state_files": len(w.handles),
             **self.timing.metrics(),
             **_alignment(self.alignment_ms),
+            **(self.memory or {}),
             **self.operator_metrics,
         }
         return site.record(self.uid, handles, metrics, snapshot)
@@ -126,11 +129,12 @@ class SinkAck:
     in_job_store: bool = True
     """The txn's files are job-store keys (``TransactionalSink.stages_in_job_store``): listed as the
     ack's handles so completion verifies them; else (a Delta table's files) the sink verifies them."""
+    memory: Mapping[str, Any] | None = None
 
     def record(self, site: AckSite) -> AckRecord:
         files = tuple(self.txn.files) if self.in_job_store else ()
         handles, snapshot = _with_channel_state(files, sink_snapshot([self.txn]), self.channel_state)
-        metrics = {"rows": self.txn.rows, **_alignment(self.alignment_ms)}
+        metrics = {"rows": self.txn.rows, **_alignment(self.alignment_ms), **(self.memory or {})}
         return site.record(self.uid, handles, metrics, snapshot)
 
 
@@ -145,9 +149,14 @@ class SourceAck:
     records: int
     dead_letters: Mapping[str, int]
     """Dead letters of the epoch by reason (only reasons that occurred)."""
+    memory: Mapping[str, Any] | None = None
 
     def record(self, site: AckSite) -> AckRecord:
-        metrics = {"records": self.records, "dead_letters": sum(self.dead_letters.values())}
+        metrics = {
+            "records": self.records,
+            "dead_letters": sum(self.dead_letters.values()),
+            **(self.memory or {}),
+        }
         parts = TaskParts(SourcePart(self.partition, self.position, self.max_ts), dict(self.dead_letters))
         snapshot = parts.to_json()
         return site.record(self.uid, (), metrics, snapshot)

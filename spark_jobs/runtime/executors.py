@@ -24,6 +24,7 @@ from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime import progress
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.keyed_subtask import open_keyed_subtask
+from spark_jobs.runtime.memory import measured
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.source_subtask import open_source_subtask
 from spark_jobs.runtime.spark_stage import StageOutput, driver_cuts
@@ -52,7 +53,7 @@ def run_source_subtask(
     is not traversed by a collection between the restore and the processing. The acks it wrote
     are appended to ``acks`` (for the run's ack bundle). ``cut``: the driver's DataFrame-stage
     output of this subtask's partition, read in place of the source."""
-    with gc_paused():
+    with gc_paused(), measured():
         subtask = open_source_subtask(plan, stage_index, index)
         if cut is not None:
             subtask.source = cut  # same partition and range; the rows the stage made of them
@@ -70,7 +71,7 @@ def run_keyed_subtask(
     acks: list[AckBundleEntry] | None = None,
 ) -> list[Any]:
     """One keyed subtask, restore to acks, in a single GC pause (see ``run_source_subtask``)."""
-    with gc_paused():
+    with gc_paused(), measured():
         subtask = open_keyed_subtask(plan, stage_index, index)
         out = list(subtask.run(messages))
     progress.subtask_done(stage_index, keyed=True)  # a no-op on Spark executors (no reporter)

@@ -24,6 +24,7 @@ from spark_jobs.runtime import plan as topo
 from spark_jobs.runtime import progress
 from spark_jobs.runtime.acks import SourceAck
 from spark_jobs.runtime.gcpause import gc_paused
+from spark_jobs.runtime.memory import current_metrics
 from spark_jobs.runtime.operators.window import TS
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.subtask import SubtaskParts, SubtaskRunner, open_subtask
@@ -110,7 +111,13 @@ class SourceSubtask(SubtaskRunner):
         if self.declined is None:
             dead = {r.name: self.dead.count(r) for r in DeadLetterReason if self.dead.count(r)}
             ack = SourceAck(
-                self.source_uid, self.partition, self.max_ts, end, self._records(start, end, delivered), dead
+                self.source_uid,
+                self.partition,
+                self.max_ts,
+                end,
+                self._records(start, end, delivered),
+                dead,
+                current_metrics(),
             )
             self.responder.acknowledge(ack.record(self.site))
         self.dispose()

@@ -36,6 +36,7 @@ from spark_jobs.runtime.acks import NOT_READY, AckSite, SinkAck, StateAck, Timin
 from spark_jobs.runtime.chain import OperatorChain, Route, StageExit
 from spark_jobs.runtime.channel_state import ChannelStateRef
 from spark_jobs.runtime.gcpause import gc_paused
+from spark_jobs.runtime.memory import current_metrics
 from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.build import BUILDERS, build_chain_operators
 from spark_jobs.runtime.plan import EpochPlan
@@ -288,6 +289,7 @@ class SubtaskRunner:
             return [{"declined": reason}]
         self.kill(killpoints.AFTER_STATE_UPLOAD, self.plan.checkpoint_id)
         metrics = self.chain.metrics()
+        memory = current_metrics()
         channel_state = self.channel_state()
         anchor = self.anchor() if channel_state is not None else None
         summaries: list[dict[str, Any]] = []
@@ -300,6 +302,7 @@ class SubtaskRunner:
                 self.alignment_ms,
                 metrics.get(op.uid, {}),
                 channel_state if op.uid == anchor else None,
+                memory,
             )
             self.responder.acknowledge(ack.record(self.site))
             summaries.append(ack.summary(self.subtask))
@@ -310,6 +313,7 @@ class SubtaskRunner:
                 self.alignment_ms,
                 channel_state if uid == anchor else None,
                 in_job_store=self.sinks.sinks[uid].stages_in_job_store,
+                memory=memory,
             )
             self.responder.acknowledge(sink_ack.record(self.site))
         self.sinks.abort_open()

@@ -501,10 +501,12 @@ def detail_page(
                 f"<td class='n'>{esc(fmt_bytes(s.bytes_written))}</td><td class='n'>{s.files}</td>"
                 f"{cells}<td>{esc(s.reason) or '-'}</td></tr>"
             )
+        peaks = [int(s.metrics["peak_rss_bytes"]) for s in op.subtasks if s.metrics.get("peak_rss_bytes")]
+        peak = f", peak memory {esc(fmt_bytes(max(peaks)))} (largest subtask)" if peaks else ""
         ops.append(
             f'<h3 class="operator">{esc(op.uid)}</h3><p class="muted">{op.acked}/{len(op.subtasks)} '
             f"acknowledged, {esc(fmt_bytes(op.state_size))} checkpointed, "
-            f"{esc(fmt_bytes(op.bytes_written))} written</p>"
+            f"{esc(fmt_bytes(op.bytes_written))} written{peak}</p>"
             + _table(
                 (
                     "subtask",
