@@ -84,8 +84,9 @@ def source_asset(job: Any, source: Any, job_ref: str | None = None, poll_interva
         uri = f"epochal://{job.job_id}/sources/{source.uid}"
     watchers = []
     if job_ref is not None and hasattr(source, "unread_files"):
-        from epochal_airflow.triggers.landing import NewLandingFilesTrigger
+        from epochal_airflow.triggers.landing import NewLandingFilesTrigger, check_watchable
 
+        check_watchable(job.job_id, source)  # a memory:// landing zone: an import error, not a silent watch
         trigger = NewLandingFilesTrigger(job_ref, source.uid, poll_interval)
         watchers.append(AssetWatcher(name=f"{job.job_id}.{source.uid}.files", trigger=trigger))
     return Asset(uri=uri, name=f"{job.job_id}.{source.uid}", group="epochal-source", watchers=watchers)

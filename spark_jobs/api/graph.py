@@ -12,7 +12,11 @@ Invariants checked by :meth:`JobGraph.validate` (each a one-line error naming th
   * keyed steps (process, window, deduplicate) follow a ``key_by``;
   * the graph ends in at least one sink;
   * the operators of a stage form one chain; any number of sinks may tap the output of any step of
-    it (fan-out to sinks: each sink receives every row that step emits).
+    it (fan-out to sinks: each sink receives every row that step emits), except the source step of
+    a stage with a ``.spark`` step (the epoch reads only the spark step's rows);
+  * uids, the late outputs' ``<window uid>-late`` included, are unique;
+  * a key_by or connect reads the end of its input stage's chain, and nothing is chained after a
+    step whose output already feeds one (the exchange would read another step's rows).
 """
 
 from __future__ import annotations
@@ -21,7 +25,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from spark_jobs.api.specs import ConnectSpec, KeyBySpec, SideOutput, SinkSpec, SourceSpec, StepSpec
+from spark_jobs.api.specs import (
+    ConnectSpec,
+    KeyBySpec,
+    SideOutput,
+    SinkSpec,
+    SourceSpec,
+    SparkSpec,
+    StepSpec,
+)
 from state_store.core.layout import InvalidNameError, validate_name
 
 S = TypeVar("S", bound=StepSpec)
@@ -112,24 +124,26 @@ class JobGraph:
         return [step for step, _ in self.steps_of(SinkSpec)]
 
     def validate(self) -> None:
-        seen: dict[str, Step] = {}
+        seen: dict[str, str] = {}
         for step in self.steps:
             if step.stateful and not step.uid:
                 raise JobDefinitionError(
                     f"{step.describe()} is stateful and has no uid: pass uid='...' so its state "
                     "survives upgrades and restores"
                 )
-            if step.uid:
+            owned = [(step.uid, step.describe())] if step.uid else []
+            owned += [(o.uid, f"the {o.tag} output of {step.describe()}") for o in step.side_outputs()]
+            for uid, owner in owned:
                 try:
-                    validate_name("operator uid", step.uid)
+                    validate_name("operator uid", uid)
                 except InvalidNameError as exc:
                     raise JobDefinitionError(str(exc)) from None
-                if step.uid in seen:
+                if uid in seen:
                     raise JobDefinitionError(
-                        f"uid {step.uid!r} is used by both {seen[step.uid].describe()} and "
-                        f"{step.describe()}: uids must be unique"
+                        f"uid {uid!r} is used by both {seen[uid]} and {owner}: uids must be unique "
+                        "(a window's late output is acknowledged as '<window uid>-late')"
                     )
-                seen[step.uid] = step
+                seen[uid] = owner
         if not self.sinks:
             raise JobDefinitionError("the job has no sink: add .sink(..., uid='...') to the pipeline")
         if not self.sources:
@@ -146,6 +160,7 @@ class JobGraph:
                 stage = Stage(len(stages), None, [step], [])
                 stages.append(stage)
             elif isinstance(spec, KeyBySpec):
+                _check_exchange_input(step, step.inputs[0], stage_of[id(step.inputs[0])])
                 upstream = [stage_of[id(step.inputs[0])].index]
                 if any(upstream[0] in other.inputs for other in stages):
                     raise JobDefinitionError(
@@ -155,6 +170,8 @@ class JobGraph:
                 stage = Stage(len(stages), spec.key, [step], upstream, [spec.key])
                 stages.append(stage)
             elif isinstance(spec, ConnectSpec):
+                for parent in step.inputs:
+                    _check_exchange_input(step, parent, stage_of[id(parent)])
                 upstream = [stage_of[id(i)].index for i in step.inputs]
                 if len(set(upstream)) != len(upstream):
                     raise JobDefinitionError(
@@ -171,15 +188,60 @@ class JobGraph:
             else:
                 (parent,) = step.inputs
                 stage = stage_of[id(parent)]
-                chain_end = [s for s in stage.steps if not isinstance(s.spec, SinkSpec)][-1]
+                chain_end = _chain_end(stage)
                 if not isinstance(spec, SinkSpec) and parent is not chain_end:
                     raise JobDefinitionError(
                         f"{step.describe()} branches off {parent.describe()}, which already feeds "
                         f"{chain_end.describe()}: only sinks may branch off a step (a tap); chain the "
                         "step after the last one, or start another branch with .key_by(...)"
                     )
+                if not isinstance(spec, SinkSpec) and any(stage.index in other.inputs for other in stages):
+                    raise JobDefinitionError(
+                        f"{step.describe()} follows {parent.describe()}, whose output already feeds a "
+                        "key_by or connect: the exchange reads the end of the chain, so the step would "
+                        "change what it receives; define the step before the .key_by(...), or tap "
+                        f"{parent.describe()} with a sink only"
+                    )
+                _check_spark_tap(step, parent, stage)
                 stage.steps.append(step)
             stage_of[id(step)] = stage
             if step.keyed and stage.key is None:
                 raise JobDefinitionError(f"{step.describe()} needs keyed input: call .key_by(...) before it")
         return stages
+
+
+def _chain_end(stage: Stage) -> Step:
+    """The last step of the stage's chain that is not a sink (what an exchange out of it reads)."""
+    return [s for s in stage.steps if not isinstance(s.spec, SinkSpec)][-1]
+
+
+def _check_exchange_input(step: Step, parent: Step, stage: Stage) -> None:
+    """A key_by or connect reads the end of its input stage's chain, never a step inside it."""
+    end = _chain_end(stage)
+    if parent is not end:
+        raise JobDefinitionError(
+            f"{step.describe()} branches off {parent.describe()}, which already feeds "
+            f"{end.describe()}: an exchange reads the end of a chain; key the output of "
+            f"{end.describe()}, or move the other steps after the key_by"
+        )
+
+
+def _check_spark_tap(step: Step, parent: Step, stage: Stage) -> None:
+    """A source stage's subtasks read the output of its ``.spark`` step, never the source's own
+    rows: a sink cannot tap the source step of a stage with a spark step."""
+    source = stage.steps[0]
+    tapped = any(isinstance(s.spec, SinkSpec) and s.inputs[0] is source for s in stage.steps)
+    if isinstance(step.spec, SparkSpec) and tapped:
+        raise JobDefinitionError(
+            f"{step.describe()} follows {source.describe()}, which a sink already taps: the sink would "
+            "receive the spark step's rows, not the source's; tap the spark step's output instead"
+        )
+    if (
+        isinstance(step.spec, SinkSpec)
+        and parent is source
+        and any(isinstance(s.spec, SparkSpec) for s in stage.steps)
+    ):
+        raise JobDefinitionError(
+            f"{step.describe()} taps {source.describe()}, which feeds a spark step: the epoch reads "
+            "only the spark step's rows, so tap the spark step's output instead"
+        )

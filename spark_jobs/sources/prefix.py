@@ -54,11 +54,19 @@ from spark_jobs.sources.prefix_discovery import Listed, Rules, classify, is_know
 from spark_jobs.sources.prefix_errors import PrefixSourceError, SourceDefinitionChangedError
 from spark_jobs.sources.prefix_files import LandingFiles
 from spark_jobs.sources.prefix_formats import FORMATS, CsvOptions, FileFormat
-from spark_jobs.sources.prefix_manifest import Conflict, Head, Manifest, ManifestLayout, SourceRecord
+from spark_jobs.sources.prefix_manifest import (
+    SOURCE_KIND,
+    Conflict,
+    Head,
+    Manifest,
+    ManifestLayout,
+    SourceRecord,
+)
 from state_store.clocks import SystemClock
+from state_store.core.codec import decode_document
 from state_store.core.keygroups import stable_hash
 from state_store.core.layout import validate_name
-from state_store.core.ports import Clock, InvalidKeyError, ObjectStore, validate_key
+from state_store.core.ports import Clock, InvalidKeyError, ObjectNotFound, ObjectStore, validate_key
 from state_store.storage import open_store
 
 log = logging.getLogger(__name__)
@@ -200,11 +208,21 @@ class PrefixSource:
         parts = "folder" if self._partitions == "folder" else f"hash:{self._partitions}"
         return SourceRecord(self._uid, self._prefix, self._format, parts)
 
-    def _check_definition(self) -> None:
+    def _check_definition(self, *, record: bool = True) -> None:
+        """Refuse a source opened other than it was started. ``record=False`` (the read-only
+        watcher): never create the source record; without one there is nothing to compare yet."""
         if self._checked:
             return
         wanted = self._definition()
-        stored = self.manifest.source_record(wanted)
+        if record:
+            stored = self.manifest.source_record(wanted)
+        else:
+            key = self._layout.source
+            try:
+                raw = self._open(self._state_ref).get(key)
+            except ObjectNotFound:
+                return  # no epoch has started the source: judged again at the next call
+            stored = decode_document(raw.data, SOURCE_KIND, SourceRecord, key=key)
         if stored != wanted:
             raise SourceDefinitionChangedError(
                 f"source {self._uid!r} of job {self._layout.job_id} was started with prefix "
@@ -284,8 +302,8 @@ class PrefixSource:
         """The source's files that no epoch has admitted yet and that are older than ``settle_ms``,
         oldest first -- what the next epochs will read -- and the manifest's state they were judged
         against. Read-only: one listing and one head read per partition, nothing written (the job's
-        trigger alone moves the manifest)."""
-        self._check_definition()
+        trigger alone moves the manifest, and creates the source record)."""
+        self._check_definition(record=False)
         listed = self._list()
         now = self._clock.now_ms()
         unread: list[Listed] = []

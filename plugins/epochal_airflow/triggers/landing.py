@@ -16,8 +16,11 @@ Rules (each proven in ``tests/unit/airflow/test_landing_watch.py``):
     under an unchanged manifest does not fire twice (no epoch storm while nothing can change);
   * an empty unread set fires nothing;
   * a listing that fails (the store unreachable) is logged and retried at the next poll: the watcher
-    outlives an outage; a job reference or source uid that does not resolve fails the trigger with
-    a one-line error naming it and the remedy.
+    outlives an outage; a job reference or source uid that does not resolve (a module that raises on
+    import included), or a landing zone in process memory (``memory://``, invisible to the
+    triggerer), fails the trigger with a one-line error naming it and the remedy;
+  * all blocking work (loading the job, listing, reading the manifest) runs in a worker thread:
+    the triggerer's event loop is never blocked (10,000 waiting files take about 0.1 s a poll).
 
 The event payload says what is waiting: ``job_id``, ``source``, ``files``, ``bytes``, ``oldest``,
 ``newest`` (paths relative to the prefix) and ``digest`` (SHA-256 of the unread paths and versions
@@ -46,7 +49,15 @@ def load_landing_source(job_ref: str, source_uid: str) -> tuple[str, Any]:
     from spark_jobs.api.specs import SourceSpec
     from spark_jobs.jobs.loading import load_job
 
-    job = load_job(job_ref)
+    try:
+        job = load_job(job_ref)
+    except Exception as exc:  # the job's own module: anything it raises ends the watch in one line
+        first = (str(exc).splitlines() or [""])[0]
+        raise LandingWatchError(
+            f"the landing watch of source {source_uid!r} cannot load job {job_ref!r} "
+            f"({type(exc).__name__}: {first}): make it import in the triggerer as in the DAG "
+            "processor (same code, packages and environment), then restart the triggerer"
+        ) from None
     for step, spec in job.graph.steps_of(SourceSpec):
         if step.uid == source_uid:
             if not hasattr(spec.source, "unread_files"):
@@ -54,12 +65,25 @@ def load_landing_source(job_ref: str, source_uid: str) -> tuple[str, Any]:
                     f"source {source_uid!r} of job {job.job_id} ({type(spec.source).__name__}) has no "
                     "landing zone to watch: only a PrefixSource can be watched; schedule the job another way"
                 )
+            check_watchable(job.job_id, spec.source)
             return job.job_id, spec.source
     uids = sorted(step.uid or "" for step, _ in job.graph.steps_of(SourceSpec))
     raise LandingWatchError(
         f"job {job.job_id} ({job_ref}) has no source {source_uid!r} (it has {', '.join(uids)}): "
         "redeploy the DAG so its watcher names a current source"
     )
+
+
+def check_watchable(job_id: str, source: Any) -> None:
+    """Refuse a landing zone or manifest in process memory (``memory://``): the triggerer is another
+    process, it would watch an empty store of its own and never see a file or an epoch."""
+    for what, store in (("landing zone", source.landing), ("manifest store", source.manifest.store)):
+        if str(store.uri).startswith("memory:"):
+            raise LandingWatchError(
+                f"source {source.uid!r} of job {job_id}: its {what} {store.uri} lives in one process's "
+                "memory, which the Airflow triggerer cannot see: put it in a folder (file://) or an S3 "
+                "prefix, or schedule the job by time (EPOCHAL_SCHEDULE)"
+            )
 
 
 def unread_summary(job_id: str, source: Any) -> dict[str, Any]:
