@@ -66,6 +66,10 @@ class Job:
       deciding (``CheckpointConfig.deep_verify``; off by default: presence and size from the
       listing, the writer's checksum from the ack; restores and ``epochal validate --deep`` read
       every byte).
+    * ``local_recovery`` -- where the process survives between epochs, the next epoch adopts the
+      live operators of the previous one when they equal the checkpoint it restores from, instead
+      of reading that checkpoint's state files (Flink's local recovery; off by default:
+      ``spark_jobs.runtime.warm`` says when it applies and what it costs).
     """
 
     job_id: str
@@ -81,6 +85,7 @@ class Job:
     expectations: dict[str, list[Any]] = field(default_factory=dict)
     rescale_on_change: str = "apply"
     deep_verify: bool = False
+    local_recovery: bool = False
 
     def __post_init__(self) -> None:
         validate_name("job id", self.job_id)

@@ -119,6 +119,9 @@ class OperatorChain:
     def __init__(self, ops: list[Operator], exit: StageExit) -> None:
         self.ops, self.exit = ops, exit
         self.rows_in = 0
+        self.events = 0
+        """Batches and watermarks pushed so far (local recovery keeps a chain only when none came
+        after its snapshot)."""
         outputs: list[Output] = [_Link(nxt, exit, i) for i, nxt in enumerate(ops[1:], start=1)]
         for op, output in zip(ops, [*outputs, exit]):
             op.output = output
@@ -129,6 +132,7 @@ class OperatorChain:
         return [op for op in self.ops if op.stateful and op.uid]
 
     def push(self, batch: pa.RecordBatch, input_index: int = 0) -> None:
+        self.events += 1
         self.rows_in += batch.num_rows
         first = self.ops[0] if self.ops else None
         if first is not None and batch.num_rows:
@@ -141,6 +145,7 @@ class OperatorChain:
             self.exit.emit(batch)
 
     def watermark(self, timestamp: int) -> None:
+        self.events += 1
         if self.ops:
             self.ops[0].process_watermark(timestamp)
         else:

@@ -433,6 +433,26 @@ def read_operator_restore(
     return restore, restored
 
 
+def adopted_bases(
+    metadata: CompletedMetadata, uid: str, key_groups: KeyGroupRange, kept: KeyedStateSnapshot | None
+) -> dict[int, RestoredKeyGroup]:
+    """The incremental bases of an operator adopted by local recovery (``spark_jobs.runtime.warm``):
+    each owned key group's file chain from the checkpoint's metadata, its entries from ``kept`` --
+    the snapshot the adopted operator took for that very checkpoint (so no file is read)."""
+    bases: dict[int, RestoredKeyGroup] = {}
+    for entry in task_snapshots(metadata, uid):
+        for kg_text, value in entry.get(STATE_FILES, {}).items():
+            kg = int(kg_text)
+            if kg in key_groups:
+                if kept is None:
+                    bases[kg] = RestoredKeyGroup(KeyGroupChain.from_json(value), {})
+                else:
+                    bases[kg] = RestoredKeyGroup(
+                        KeyGroupChain.from_json(value), lazy=partial(_groups, kept, kg)
+                    )
+    return bases
+
+
 VERIFY_THREADS = max(1, min(4, os.cpu_count() or 1))
 """Threads that fetch, verify (BLAKE3, or SHA-256 for older files) and decode state files at once:
 both hashes and Arrow decoding release the GIL, so a restore of many files uses every core (BLAKE3

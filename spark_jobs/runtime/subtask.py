@@ -23,6 +23,7 @@ acknowledges either every expected uid or declines every one, with a single reas
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -32,17 +33,19 @@ from typing import Any
 from spark_jobs.api.graph import Stage
 from spark_jobs.api.specs import SideOutput, SinkSpec
 from spark_jobs.runtime import plan as topo
+from spark_jobs.runtime import warm
 from spark_jobs.runtime.acks import NOT_READY, AckSite, SinkAck, StateAck, Timing
 from spark_jobs.runtime.chain import OperatorChain, Route, StageExit
 from spark_jobs.runtime.channel_state import ChannelStateRef
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.memory import current_metrics
-from spark_jobs.runtime.operators.base import OperatorContext
+from spark_jobs.runtime.operators.base import OperatorContext, OperatorSnapshot
 from spark_jobs.runtime.operators.build import BUILDERS, build_chain_operators
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.state_io import (
     RestoredKeyGroup,
     WrittenSnapshot,
+    adopted_bases,
     read_operator_restore,
     write_operator_snapshot,
 )
@@ -62,6 +65,8 @@ from state_store.core.stream import (
 )
 from state_store.faults import arm
 from state_store.storage import open_store
+
+log = logging.getLogger(__name__)
 
 _metadata_cache: dict[tuple[str, int], CompletedMetadata] = {}
 _cache_lock = threading.Lock()
@@ -98,6 +103,10 @@ class SubtaskParts:
     restored_bases: dict[str, dict[int, RestoredKeyGroup]]
     """Per stateful operator uid, the restored files its next snapshot may reference (incremental)."""
     timing: Timing
+    warm_key: warm.WarmKey | None = None
+    """Where this subtask's operators are kept after its acks (``Job.local_recovery``), else None."""
+    adopted: bool = False
+    """The operators are the previous epoch's, adopted by local recovery (``spark_jobs.runtime.warm``)."""
 
 
 def _route(stages: list[Stage], stage: Stage, subtask: int, plan: EpochPlan) -> Route | None:
@@ -153,15 +162,43 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
     )
     metadata = restore_metadata(store, plan)
     sinks = SubtaskSinks(subtask, plan.attempt, plan.generation)
-    chain = OperatorChain(
-        build_chain_operators(stage), StageExit(sinks, _route(stages, stage, subtask, plan))
-    )
+    ops = build_chain_operators(stage)
+    warm_key = None
+    kept = None
+    if job.local_recovery:
+        width = topo.width(stage, job)
+        warm_key = warm.WarmKey(
+            plan.store_uri, job.job_id, stage_index, subtask, width, job.max_parallelism, key_groups
+        )
+        kept = warm.take(warm_key)
+        if kept is not None:
+            why = warm.refusal(kept, metadata, subtask, warm.shape_of(ops))
+            if why is not None:
+                log.info("local recovery of %s stage %d subtask %d: read from the store (%s)",
+                         job.job_id, stage_index, subtask, why)  # fmt: skip
+                with gc_paused():
+                    for old in kept.ops:
+                        old.dispose()
+                kept = None
+    if kept is not None:
+        ops = kept.ops
+    chain = OperatorChain(ops, StageExit(sinks, _route(stages, stage, subtask, plan)))
     bases: dict[str, dict[int, RestoredKeyGroup]] = {}
     timing = Timing()
     with gc_paused():  # restore: many long-lived objects, no cyclic garbage (gcpause docstring)
         for op in chain.ops:
             restored = None
             began = time.perf_counter()
+            if kept is not None:
+                assert metadata is not None
+                op.reopen(ctx, metadata.checkpoint_id)
+                if op.stateful and op.uid:
+                    snap = kept.snapshots.get(op.uid)
+                    bases[op.uid] = adopted_bases(
+                        metadata, op.uid, key_groups, snap.keyed if snap is not None else None
+                    )
+                timing.restore_s += time.perf_counter() - began
+                continue
             if op.stateful and op.uid:
                 restored, base = read_operator_restore(
                     store,
@@ -190,6 +227,8 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
         sinks,
         bases,
         timing,
+        warm_key,
+        kept is not None,
     )
 
 
@@ -212,6 +251,11 @@ class SubtaskRunner:
         self.sinks = parts.sinks
         self.base_files = parts.restored_bases
         self.timing = parts.timing
+        self.warm_key = parts.warm_key
+        self.adopted = parts.adopted
+        self._snapshots: dict[str, OperatorSnapshot] = {}
+        self._events_at_snapshot = -1
+        self._keep: warm.WarmChain | None = None
         self.layout = JobLayout(self.job.job_id)
         self.site = AckSite(
             checkpoint_id=self.plan.checkpoint_id,
@@ -258,6 +302,9 @@ class SubtaskRunner:
         for op in self.chain.ops:
             op.prepare_snapshot_pre_barrier(checkpoint_id)
         snapshots = {op.uid: op.snapshot(checkpoint_id) for op in self.chain.stateful if op.uid}
+        self._events_at_snapshot = self.chain.events
+        if self.warm_key is not None:
+            self._snapshots = snapshots
         self.sinks.pre_commit(checkpoint_id)
         self.timing.snapshot_sync_s += time.perf_counter() - began
         self.exit.broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
@@ -293,6 +340,8 @@ class SubtaskRunner:
         channel_state = self.channel_state()
         anchor = self.anchor() if channel_state is not None else None
         summaries: list[dict[str, Any]] = []
+        recovery = {} if self.warm_key is None else {"local_recovery": "adopted" if self.adopted else "store"}
+        kept: dict[str, warm.KeptAck] = {}
         for op in self.chain.stateful:
             assert op.uid is not None
             ack = StateAck(
@@ -300,12 +349,16 @@ class SubtaskRunner:
                 written[op.uid],
                 self.timing,
                 self.alignment_ms,
-                metrics.get(op.uid, {}),
+                {**recovery, **metrics.get(op.uid, {})},
                 channel_state if op.uid == anchor else None,
                 memory,
             )
-            self.responder.acknowledge(ack.record(self.site))
+            record = ack.record(self.site)
+            self.responder.acknowledge(record)
+            kept[op.uid] = warm.kept_ack(record.attempt, record.handles, record.snapshot)
             summaries.append(ack.summary(self.subtask))
+        if self.warm_key is not None and self.chain.events == self._events_at_snapshot:
+            self._keep = warm.WarmChain(self.plan.checkpoint_id, self.chain.ops, kept, self._snapshots)
         for uid, txn in self.sinks.pre_committed.items():
             sink_ack = SinkAck(
                 uid,
@@ -331,8 +384,13 @@ class SubtaskRunner:
     def dispose(self) -> None:
         """After the acks: drop the state structures (operators' backends, the restored bases)
         inside the GC pause, so reference counting frees them instead of the cyclic collector
-        traversing them when the pause ends (``gcpause`` docstring)."""
-        self.chain.dispose()
+        traversing them when the pause ends (``gcpause`` docstring). With local recovery the
+        operators are kept instead (``spark_jobs.runtime.warm``)."""
+        if self.warm_key is not None and self._keep is not None:
+            warm.keep(self.warm_key, self._keep)
+            self._keep = None
+        else:
+            self.chain.dispose()
         self.base_files.clear()
         self.uploads.clear()
 

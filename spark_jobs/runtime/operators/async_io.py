@@ -78,3 +78,7 @@ class AsyncEnrichOperator(Operator):
 
     def metrics(self) -> dict[str, int]:
         return {"async_timeouts": self.timeouts}
+
+    def reopen(self, ctx: Any, checkpoint_id: int) -> None:
+        super().reopen(ctx, checkpoint_id)
+        self.timeouts = 0

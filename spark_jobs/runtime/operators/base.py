@@ -1,6 +1,7 @@
 """The operator model of a subtask (Flink's StreamOperator, vectorized per Arrow batch).
 
-Lifecycle inside one epoch::
+Lifecycle inside one epoch (or, with local recovery, ``reopen(ctx, n)`` instead of ``open`` when the
+live operator of the previous epoch equals the checkpoint n the epoch restores from)::
 
     open(ctx)                                     state restored by the runtime before this
     { process_batch(batch) | process_watermark(ts) }*
@@ -111,6 +112,14 @@ class Operator:
         """The subtask is done (acks written): drop state so that reference counting frees it
         while the cyclic GC is still paused (``spark_jobs.runtime.gcpause``)."""
         return None
+
+    def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
+        """Local recovery (``spark_jobs.runtime.warm``): the operator's live state equals completed
+        checkpoint ``checkpoint_id`` (its snapshot, with nothing processed since) and it runs the
+        next epoch as it is, instead of a fresh operator opened from the files. Overrides reset
+        what is per epoch (metrics) and make ``checkpoint_id`` the base of the next incremental
+        snapshot (as a restore from it would)."""
+        self.ctx = ctx
 
     def metrics(self) -> dict[str, Any]:
         return {}

@@ -169,6 +169,12 @@ class DeduplicateOperator(KeyedOperator):
         self.cols = None
         super().dispose()
 
+    def reopen(self, ctx: Any, checkpoint_id: int) -> None:
+        super().reopen(ctx, checkpoint_id)
+        self.dropped = 0
+        if self.cols is not None:
+            self.cols.notify_checkpoint_complete()
+
     def metrics(self) -> dict[str, Any]:
         """Duplicates dropped, and ``heap_fallback`` when the seen keys are on the heap backend."""
         out: dict[str, Any] = {"duplicates_dropped": self.dropped}

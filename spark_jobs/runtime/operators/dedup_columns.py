@@ -139,6 +139,13 @@ class SeenKeys:
         if self.skeys is not None:
             self.skeys = self.skeys.filter(pa.array(mask))
 
+    def notify_checkpoint_complete(self) -> None:
+        """The columns equal a completed checkpoint (their last snapshot, nothing admitted since):
+        every entry is now part of the base, nothing is changed or gone since it."""
+        self.changed.clear()
+        self.gone.clear()
+        self.from_base = np.ones(len(self.index), np.bool_)
+
     def deltas(self, state_name: str, now: int) -> dict[int, EntryDelta]:
         """Per changed key group, its change since the restore: the entries written since (new or
         renewed) and the restored ones dropped (expired) -- what the heap backend's incremental

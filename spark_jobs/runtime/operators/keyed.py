@@ -17,6 +17,9 @@ from state_store.core.stream.timers import InternalTimer, TimerService
 
 class KeyedOperator(Operator):
     stateful = True
+    _restored_from: int | None = None
+    """The checkpoint the state was restored from (or adopted as, ``reopen``): the base of the next
+    incremental snapshot of operators that keep state outside the heap backend."""
 
     def __init__(self, uid: str, key: KeySpec) -> None:
         super().__init__()
@@ -62,6 +65,12 @@ class KeyedOperator(Operator):
 
     def dispose(self) -> None:
         self.backend.dispose()
+
+    def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
+        super().reopen(ctx, checkpoint_id)
+        self._now = ctx.now_ms
+        self.backend.notify_checkpoint_complete(checkpoint_id)
+        self._restored_from = checkpoint_id
 
     def register_states(self) -> None:
         """Touch every state descriptor once so snapshots list it even when empty."""

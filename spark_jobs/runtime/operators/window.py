@@ -305,6 +305,13 @@ class WindowOperator(KeyedOperator):
         )
         return OperatorSnapshot(keyed, self.timers.snapshot(), self.snapshot_extra())
 
+    def reopen(self, ctx: Any, checkpoint_id: int) -> None:
+        super().reopen(ctx, checkpoint_id)
+        self.late_records = 0
+        for cols in (self.cols, self.scols):
+            if cols is not None:
+                cols.changed.clear()  # the last snapshot is the base now
+
     def dispose(self) -> None:
         self._pending = {}
         self.cols = None
