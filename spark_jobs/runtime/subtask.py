@@ -165,7 +165,7 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
     ops = build_chain_operators(stage)
     warm_key = None
     kept = None
-    if job.local_recovery:
+    if job.local_recovery and warm.enabled_here():
         width = topo.width(stage, job)
         warm_key = warm.WarmKey(
             plan.store_uri, job.job_id, stage_index, subtask, width, job.max_parallelism, key_groups

@@ -3,7 +3,10 @@ survives between epochs -- ``epochal run --epochs N``, the in-process executor i
 process, a reused Spark Python worker -- the next epoch adopts the live operators of the previous
 one instead of fetching, verifying and decoding their state and opening fresh operators.
 
-Opt-in per job: ``Job(local_recovery=True)``. After a subtask has written its acks, its chain of
+Opt-in per job: ``Job(local_recovery=True)``, and only where the subtasks run in the process that
+ran them before: the in-process executor (``--executor local``, ``epochal run --epochs N``, a test).
+Inside a Spark task it is off (:func:`enabled_here`): the next epoch's task of a subtask may run in
+any Python worker, so kept chains would mostly be memory that is never adopted. After a subtask has written its acks, its chain of
 operators is kept (one entry per job, stage, subtask, parallelism and key-group range) together with
 what those acks said. When a later epoch opens the same subtask, the entry is *taken* (so a failure
 from here on leaves nothing behind) and adopted only if all of these hold, else the epoch restores
@@ -78,6 +81,15 @@ class WarmChain:
     @property
     def shape(self) -> list[tuple[str | None, str]]:
         return shape_of(self.ops)
+
+
+def enabled_here() -> bool:
+    """False inside a Spark task (a Python worker of an executor), True elsewhere."""
+    try:
+        from pyspark import TaskContext
+    except ImportError:  # pragma: no cover - pyspark is a dependency
+        return True
+    return TaskContext.get() is None
 
 
 def shape_of(ops: Sequence[Operator]) -> list[tuple[str | None, str]]:

@@ -53,3 +53,26 @@ def test_committed_output_as_a_spark_dataframe(spark: object, tmp_path: Path) ->
     frame = read_committed_spark(spark, store, "clickstream", "page-counts-sink")
     assert frame.count() == read_committed(store, "clickstream", "page-counts-sink").num_rows > 0
     assert {"page", "window_start", "count"} <= set(frame.columns)
+
+
+def test_local_recovery_is_off_inside_spark_tasks_and_changes_nothing(spark: object, tmp_path: Path) -> None:
+    """``Job(local_recovery=True)`` on the Spark executor: the tasks keep nothing (a subtask's next
+    task may run in another Python worker), every epoch reads the store, the output is the same."""
+    from spark_jobs.runtime.cycle import run_cycle
+    from tests.unit.runtime.test_local_recovery import _recovery, job_of
+
+    def epochs(uri: str, executor: str) -> tuple[list[tuple[object, ...]], list[set[str]]]:
+        job, clock, how = job_of("dedup", 2, local_recovery=True, shape="steady"), new_clock(), []
+        for _ in range(3):
+            clock.advance(STEP_MS)
+            assert run_cycle(job, uri, clock, executor=executor, spark=spark).status == "completed"
+            how.append(_recovery(uri, job.job_id))
+        return committed_rows(uri, job, "out"), how
+
+    on_spark, in_process = (
+        epochs((tmp_path / "spark").as_uri(), "spark"),
+        epochs((tmp_path / "local").as_uri(), "local"),
+    )
+    assert on_spark[0] == in_process[0] and on_spark[0]
+    assert on_spark[1] == [{"None"}] * 3  # no local_recovery metric: nothing kept or adopted
+    assert in_process[1] == [{"store"}, {"adopted"}, {"adopted"}]
