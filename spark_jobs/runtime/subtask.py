@@ -107,6 +107,8 @@ class SubtaskParts:
     """Where this subtask's operators are kept after its acks (``Job.local_recovery``), else None."""
     adopted: bool = False
     """The operators are the previous epoch's, adopted by local recovery (``spark_jobs.runtime.warm``)."""
+    logic: str | None = None
+    """``warm.logic_of`` the stage's operator steps (local recovery only)."""
 
 
 def _route(stages: list[Stage], stage: Stage, subtask: int, plan: EpochPlan) -> Route | None:
@@ -165,22 +167,32 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
     ops = build_chain_operators(stage)
     warm_key = None
     kept = None
+    logic = None
     if job.local_recovery and warm.enabled_here():
+        logic = warm.logic_of(
+            [step.spec for step in stage.steps if BUILDERS.get(type(step.spec)) is not None],
+            (stage.key, tuple(stage.input_keys)),
+        )
         width = topo.width(stage, job)
         warm_key = warm.WarmKey(
             plan.store_uri, job.job_id, stage_index, subtask, width, job.max_parallelism, key_groups
         )
         kept = warm.take(warm_key)
+        dropped = warm.take_other_scales(warm_key)
         if kept is not None:
-            why = warm.refusal(kept, metadata, subtask, warm.shape_of(ops))
+            why = warm.refusal(kept, metadata, subtask, warm.shape_of(ops), logic)
             if why is not None:
                 log.info("local recovery of %s stage %d subtask %d: read from the store (%s)",
                          job.job_id, stage_index, subtask, why)  # fmt: skip
-                with gc_paused():
-                    for old in kept.ops:
-                        old.dispose()
+                dropped.append(kept)
                 kept = None
+        if dropped:
+            with gc_paused():
+                for stale in dropped:
+                    for old in stale.ops:
+                        old.dispose()
     if kept is not None:
+        warm.take_functions(kept.ops, ops)
         ops = kept.ops
     chain = OperatorChain(ops, StageExit(sinks, _route(stages, stage, subtask, plan)))
     bases: dict[str, dict[int, RestoredKeyGroup]] = {}
@@ -229,6 +241,7 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
         timing,
         warm_key,
         kept is not None,
+        logic,
     )
 
 
@@ -253,6 +266,7 @@ class SubtaskRunner:
         self.timing = parts.timing
         self.warm_key = parts.warm_key
         self.adopted = parts.adopted
+        self.logic = parts.logic
         self._snapshots: dict[str, OperatorSnapshot] = {}
         self._events_at_snapshot = -1
         self._keep: warm.WarmChain | None = None
@@ -358,7 +372,9 @@ class SubtaskRunner:
             kept[op.uid] = warm.kept_ack(record.attempt, record.handles, record.snapshot)
             summaries.append(ack.summary(self.subtask))
         if self.warm_key is not None and self.chain.events == self._events_at_snapshot:
-            self._keep = warm.WarmChain(self.plan.checkpoint_id, self.chain.ops, kept, self._snapshots)
+            self._keep = warm.WarmChain(
+                self.plan.checkpoint_id, self.chain.ops, kept, self._snapshots, self.logic
+            )
         for uid, txn in self.sinks.pre_committed.items():
             sink_ack = SinkAck(
                 uid,

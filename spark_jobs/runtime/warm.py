@@ -6,24 +6,30 @@ one instead of fetching, verifying and decoding their state and opening fresh op
 Opt-in per job: ``Job(local_recovery=True)``, and only where the subtasks run in the process that
 ran them before: the in-process executor (``--executor local``, ``epochal run --epochs N``, a test).
 Inside a Spark task it is off (:func:`enabled_here`): the next epoch's task of a subtask may run in
-any Python worker, so kept chains would mostly be memory that is never adopted. After a subtask has written its acks, its chain of
-operators is kept (one entry per job, stage, subtask, parallelism and key-group range) together with
-what those acks said. When a later epoch opens the same subtask, the entry is *taken* (so a failure
-from here on leaves nothing behind) and adopted only if all of these hold, else the epoch restores
-from the store as always (and the entry is dropped):
+any Python worker, so kept chains would mostly be memory that is never adopted. After a subtask
+has written its acks, its chain of operators is kept (one entry per job, stage, subtask,
+parallelism and key-group range) together with what those acks said. When a later epoch opens the
+same subtask, the entry is *taken* (so a failure from here on leaves nothing behind) and adopted
+only if all of these hold, else the epoch restores from the store as always (and the entry is
+dropped and disposed):
 
 1. the epoch restores from exactly the checkpoint the kept operators snapshotted (a crash before it
    completed, a restore from a savepoint or an older checkpoint, an import: another id);
 2. the completed checkpoint holds, for every stateful operator of the subtask, the very ack this
    process wrote (same attempt, same state files, same snapshot document): a zombie's or another
    attempt's ack, or state files changed by anyone, means another state;
-3. the operators are of the same kinds, uids and order (the job was not changed);
+3. the operators are of the same kinds, uids and order, and their steps are configured alike
+   (:func:`logic_of`: window assigner and aggregates, TTL, the stage's key, a function's state
+   descriptors -- a job redefined in the same process must not go on with the old configuration);
 4. nothing was processed after the snapshot (unaligned checkpoints go on after the barrier).
 
-Adoption calls :meth:`Operator.reopen` on each operator: the new epoch's context, the checkpoint as
-the base of the next incremental snapshot. The incremental bases (file chains) come from the
-checkpoint's metadata, their entries from the kept snapshot (no file is read). A rescale changes
-the key-group range (1 fails), so it always reads the store.
+Adoption takes the user functions of the freshly built operators (:func:`take_functions`: a
+restore runs the job's current functions, and a function's Python attributes are no state) and
+calls :meth:`Operator.reopen` on each operator: the new epoch's context, no watermark yet (as after a
+restore), the checkpoint as the base of the next incremental snapshot. The incremental bases (file
+chains) come from the checkpoint's metadata, their entries from the kept snapshot (no file is
+read). A rescale changes the key-group range (1 fails), so it always reads the store, and the chains
+kept at the old width are released (:func:`take_other_scales`).
 
 What it costs: the kept state stays in memory between epochs (plus the frozen snapshot the heap
 backend made), and a state file damaged in the store after completion is not noticed by an adopted
@@ -33,9 +39,12 @@ epoch -- the next cold restore or ``epochal validate --deep`` finds it. Measured
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import json
 import logging
 import threading
+import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -77,6 +86,8 @@ class WarmChain:
     ops: list[Operator]
     acks: dict[str, KeptAck]
     snapshots: dict[str, OperatorSnapshot]
+    logic: str | None = None
+    """:func:`logic_of` the stage's steps that built ``ops`` (None: not compared)."""
 
     @property
     def shape(self) -> list[tuple[str | None, str]]:
@@ -99,6 +110,67 @@ def shape_of(ops: Sequence[Operator]) -> list[tuple[str | None, str]]:
 def canonical(value: Any) -> str:
     """A JSON text that two equal documents share (tuples as lists, keys sorted)."""
     return json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+
+
+FUNCTIONS = ("fn", "co_fn")
+"""Operator attributes holding the user's function: taken from the freshly built operator."""
+
+
+def logic_of(specs: Sequence[Any], key: Any = None) -> str:
+    """A text two equally configured chains share: each step spec's fields (structurally, since
+    e.g. ``Aggregates`` has no value repr), its state kinds, and the stage's key. A user function
+    counts by its state descriptors (and ``state_schema``) only: :func:`take_functions` swaps it."""
+    out: list[Any] = [_structure(key)]
+    for spec in specs:
+        fields = {
+            f.name: _function(getattr(spec, f.name))
+            if f.name in FUNCTIONS
+            else _structure(getattr(spec, f.name))
+            for f in dataclasses.fields(spec)
+        }
+        out.append([type(spec).__qualname__, fields, spec.state_kinds()])
+    return canonical(out)
+
+
+def _function(fn: Any) -> Any:
+    return str(getattr(fn, "state_schema", None))
+
+
+def _structure(value: Any, depth: int = 0) -> Any:
+    """A stable description of a configuration value (no ``id``-based repr)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, bytes):
+        return value.hex()
+    if isinstance(value, enum.Enum):
+        return f"{type(value).__qualname__}.{value.name}"
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    if depth >= 6:
+        return type(value).__qualname__
+    if isinstance(value, (list, tuple)):
+        return [_structure(v, depth + 1) for v in value]
+    if isinstance(value, (set, frozenset)):
+        return sorted(canonical(_structure(v, depth + 1)) for v in value)
+    if isinstance(value, dict):
+        return {str(k): _structure(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (types.FunctionType, types.MethodType)):
+        code = getattr(value, "__code__", None)
+        return [value.__qualname__, code.co_code.hex() if code is not None else None]
+    attrs: dict[str, Any] = dict(getattr(value, "__dict__", {}))
+    for cls in type(value).__mro__:
+        for name in getattr(cls, "__slots__", ()):
+            if hasattr(value, name):
+                attrs.setdefault(name, getattr(value, name))
+    return [type(value).__qualname__, {k: _structure(v, depth + 1) for k, v in sorted(attrs.items())}]
+
+
+def take_functions(kept: Sequence[Operator], fresh: Sequence[Operator]) -> None:
+    """Adopted operators run the user functions of the freshly built ones (same shape)."""
+    for old, new in zip(kept, fresh, strict=True):
+        for name in FUNCTIONS:
+            if hasattr(new, name):
+                setattr(old, name, getattr(new, name))
 
 
 def kept_ack(attempt: int, handles: Sequence[Any], snapshot: Mapping[str, Any]) -> KeptAck:
@@ -127,6 +199,20 @@ def take(key: WarmKey) -> WarmChain | None:
         return _kept.pop(key, None)
 
 
+def take_other_scales(key: WarmKey) -> list[WarmChain]:
+    """Remove and return the chains of ``key``'s store, job and stage kept at another width or
+    key-group range (a rescale): the epoch restores from a newer checkpoint than theirs, so they
+    could only be adopted after that one is aborted -- not worth their memory. The caller disposes."""
+    with _lock:
+        stale = [
+            k
+            for k in _kept
+            if (k.store_uri, k.job_id, k.stage) == (key.store_uri, key.job_id, key.stage)
+            and (k.width, k.max_parallelism) != (key.width, key.max_parallelism)
+        ]
+        return [_kept.pop(k) for k in stale]
+
+
 def clear() -> None:
     """Forget every kept chain (tests; a process that wants its memory back)."""
     with _lock:
@@ -134,15 +220,22 @@ def clear() -> None:
 
 
 def refusal(
-    chain: WarmChain, metadata: CompletedMetadata | None, subtask: int, shape: list[tuple[str | None, str]]
+    chain: WarmChain,
+    metadata: CompletedMetadata | None,
+    subtask: int,
+    shape: list[tuple[str | None, str]],
+    logic: str | None = None,
 ) -> str | None:
-    """Why ``chain`` cannot be adopted for an epoch restoring from ``metadata`` (None: it can)."""
+    """Why ``chain`` cannot be adopted for an epoch restoring from ``metadata`` (None: it can);
+    ``logic`` (:func:`logic_of` the epoch's stage) is compared when both sides have one."""
     if metadata is None:
         return "the epoch restores from no checkpoint"
     if metadata.checkpoint_id != chain.checkpoint_id:
         return f"the epoch restores from checkpoint {metadata.checkpoint_id}, not {chain.checkpoint_id}"
     if shape != chain.shape:
         return "the job's operators changed"
+    if logic is not None and chain.logic is not None and logic != chain.logic:
+        return "the job's steps are configured otherwise"
     held = {t.task.uid: t for t in metadata.tasks if t.task.subtask == subtask}
     for uid, ack in chain.acks.items():
         task = held.get(uid)

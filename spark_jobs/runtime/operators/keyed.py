@@ -69,6 +69,7 @@ class KeyedOperator(Operator):
     def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
         super().reopen(ctx, checkpoint_id)
         self._now = ctx.now_ms
+        self.timers.forget_time()  # a restore starts without a watermark (it is not checkpointed)
         self.backend.notify_checkpoint_complete(checkpoint_id)
         self._restored_from = checkpoint_id
 

@@ -179,6 +179,12 @@ class TimerService(Generic[K, N]):
             fired += 1
         return fired
 
+    def forget_time(self) -> None:
+        """Back to no watermark and no processing time, the timers kept: what a restore from a
+        snapshot gives (neither time is part of it), for an operator adopted by local recovery."""
+        self._watermark = MIN_TIMESTAMP
+        self._processing_time = MIN_TIMESTAMP
+
     @property
     def current_watermark(self) -> int:
         return self._watermark
