@@ -434,22 +434,33 @@ def read_operator_restore(
 
 
 def adopted_bases(
-    metadata: CompletedMetadata, uid: str, key_groups: KeyGroupRange, kept: KeyedStateSnapshot | None
+    metadata: CompletedMetadata,
+    uid: str,
+    key_groups: KeyGroupRange,
+    kept: KeyedStateSnapshot | None,
+    load: Callable[[], dict[int, RestoredKeyGroup]] | None = None,
 ) -> dict[int, RestoredKeyGroup]:
     """The incremental bases of an operator adopted by local recovery (``spark_jobs.runtime.warm``):
     each owned key group's file chain from the checkpoint's metadata, its entries from ``kept`` --
-    the snapshot the adopted operator took for that very checkpoint (so no file is read)."""
+    the snapshot the adopted operator took for that very checkpoint -- or, when none was kept (a
+    heap-backed operator: keeping its frozen snapshot costs more than it saves), read from the
+    store by ``load`` the first time the incremental writer compares against them (once for all
+    key groups; never for key groups it writes whole)."""
+    memo: dict[str, dict[int, RestoredKeyGroup]] = {}
+
+    def stored(kg: int) -> dict[Group, tuple[StateRow, ...]]:
+        if "bases" not in memo:
+            memo["bases"] = load() if load is not None else {}
+        base = memo["bases"].get(kg)
+        return base.groups if base is not None else {}
+
     bases: dict[int, RestoredKeyGroup] = {}
     for entry in task_snapshots(metadata, uid):
         for kg_text, value in entry.get(STATE_FILES, {}).items():
             kg = int(kg_text)
             if kg in key_groups:
-                if kept is None:
-                    bases[kg] = RestoredKeyGroup(KeyGroupChain.from_json(value), {})
-                else:
-                    bases[kg] = RestoredKeyGroup(
-                        KeyGroupChain.from_json(value), lazy=partial(_groups, kept, kg)
-                    )
+                lazy = partial(_groups, kept, kg) if kept is not None else partial(stored, kg)
+                bases[kg] = RestoredKeyGroup(KeyGroupChain.from_json(value), lazy=lazy)
     return bases
 
 

@@ -28,6 +28,7 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from spark_jobs.api.graph import Stage
@@ -109,6 +110,13 @@ class SubtaskParts:
     """The operators are the previous epoch's, adopted by local recovery (``spark_jobs.runtime.warm``)."""
     logic: str | None = None
     """``warm.logic_of`` the stage's operator steps (local recovery only)."""
+
+
+def _stored_bases(
+    store: ObjectStore, metadata: CompletedMetadata, uid: str, key_groups: KeyGroupRange
+) -> dict[int, RestoredKeyGroup]:
+    """An adopted heap operator's incremental bases read from the store (``adopted_bases``)."""
+    return read_operator_restore(store, metadata, uid, key_groups)[1]
 
 
 def _route(stages: list[Stage], stage: Stage, subtask: int, plan: EpochPlan) -> Route | None:
@@ -206,8 +214,9 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
                 op.reopen(ctx, metadata.checkpoint_id)
                 if op.stateful and op.uid:
                     snap = kept.snapshots.get(op.uid)
+                    load = partial(_stored_bases, store, metadata, op.uid, key_groups)
                     bases[op.uid] = adopted_bases(
-                        metadata, op.uid, key_groups, snap.keyed if snap is not None else None
+                        metadata, op.uid, key_groups, snap.keyed if snap is not None else None, load
                     )
                 timing.restore_s += time.perf_counter() - began
                 continue
@@ -318,7 +327,9 @@ class SubtaskRunner:
         snapshots = {op.uid: op.snapshot(checkpoint_id) for op in self.chain.stateful if op.uid}
         self._events_at_snapshot = self.chain.events
         if self.warm_key is not None:
-            self._snapshots = snapshots
+            # a columnar operator's snapshot is a few Arrow arrays; a heap backend's is a frozen copy
+            # of every entry, which costs more to keep than re-reading its files when needed
+            self._snapshots = {uid: snap for uid, snap in snapshots.items() if uid in self._columnar_uids()}
         self.sinks.pre_commit(checkpoint_id)
         self.timing.snapshot_sync_s += time.perf_counter() - began
         self.exit.broadcast(CheckpointBarrier(checkpoint_id, timestamp, options))
@@ -329,6 +340,14 @@ class SubtaskRunner:
             self.uploads[uid] = self._pool.submit(
                 write_operator_snapshot, self.store, self.layout, uid, snap, self.base_files.get(uid, {})
             )
+
+    def _columnar_uids(self) -> set[str]:
+        """Stateful operators whose state is in columns now (not on the heap backend)."""
+        return {
+            op.uid
+            for op in self.chain.stateful
+            if op.uid and getattr(op, "columnar_restore", False) and getattr(op, "fallback", None) is None
+        }
 
     def channel_state(self) -> ChannelStateRef | None:
         """The uploaded channel state of checkpoint n (unaligned keyed subtasks only)."""
