@@ -1,10 +1,10 @@
 """Local recovery (issue 23 item 2; Flink's ``state.backend.local-recovery``): where the process
-survives between epochs -- ``epochal run --epochs N``, the in-process executor in one Python
-process, a reused Spark Python worker -- the next epoch adopts the live operators of the previous
-one instead of fetching, verifying and decoding their state and opening fresh operators.
+survives between epochs -- ``epochal run --executor local --epochs N``, the in-process executor in
+one Python process -- the next epoch adopts the live operators of the previous one instead of
+fetching, verifying and decoding their state and opening fresh operators.
 
 Opt-in per job: ``Job(local_recovery=True)``, and only where the subtasks run in the process that
-ran them before: the in-process executor (``--executor local``, ``epochal run --epochs N``, a test).
+ran them before: the in-process executor (``--executor local``, a test).
 Inside a Spark task it is off (:func:`enabled_here`): the next epoch's task of a subtask may run in
 any Python worker, so kept chains would mostly be memory that is never adopted. After a subtask
 has written its acks, its chain of operators is kept (one entry per job, stage, subtask,
@@ -186,11 +186,20 @@ MAX_KEPT = 256
 
 
 def keep(key: WarmKey, chain: WarmChain) -> None:
+    """Keep ``chain`` for ``key``; a chain it replaces, and the oldest beyond ``MAX_KEPT``, are
+    disposed (their state freed at once, not left to the cyclic collector)."""
     with _lock:
-        _kept.pop(key, None)
+        dropped = [c for c in (_kept.pop(key, None),) if c is not None]
         while len(_kept) >= MAX_KEPT:
-            _kept.pop(next(iter(_kept)))
+            dropped.append(_kept.pop(next(iter(_kept))))
         _kept[key] = chain
+    _dispose(dropped)
+
+
+def _dispose(chains: Sequence[WarmChain]) -> None:
+    for dropped in chains:
+        for op in dropped.ops:
+            op.dispose()
 
 
 def take(key: WarmKey) -> WarmChain | None:
@@ -214,9 +223,11 @@ def take_other_scales(key: WarmKey) -> list[WarmChain]:
 
 
 def clear() -> None:
-    """Forget every kept chain (tests; a process that wants its memory back)."""
+    """Forget every kept chain, disposing of it (tests; a process that wants its memory back)."""
     with _lock:
+        dropped = list(_kept.values())
         _kept.clear()
+    _dispose(dropped)
 
 
 def refusal(

@@ -258,16 +258,21 @@ def test_spark_table_source_reads_no_row_twice_without_a_dedup_step(spark: Any, 
     for epoch in range(5):
         append_orders(folder, epoch * 3, 3)
         clock.advance(STEP_MS)
-        kill = KillAt(killpoints.AFTER_ACK, 3) if epoch == 2 else None
-        try:
-            run_cycle(job, uri, clock, **({"kill": kill} if kill else {}))
-        except SimulatedCrash:
-            run_cycle(job, uri, clock)
+        epoch_crashing_after_ack(job, uri, clock, crash=epoch == 2)
         counted.append(records_metric(uri, "plain"))
     ids = sorted(r["id"] for r in read_committed(open_store(uri), "plain", "out").to_pylist())
     assert ids == list(range(15))
     # the ack's records are rows delivered, not the width of the mark's range (1,000 ms per row here)
     assert sum(counted) == 15 and max(counted) <= 4, counted
+
+
+def epoch_crashing_after_ack(job: Job, uri: str, clock: ManualClock, *, crash: bool) -> None:
+    """One epoch; with ``crash``, the process dies after the acks of checkpoint 3 and the epoch runs again."""
+    kill = KillAt(killpoints.AFTER_ACK, 3) if crash else None
+    try:
+        run_cycle(job, uri, clock, **({"kill": kill} if kill else {}))
+    except SimulatedCrash:
+        run_cycle(job, uri, clock)
 
 
 def records_metric(uri: str, job_id: str) -> int:
@@ -333,11 +338,7 @@ def test_spark_table_source_over_a_catalog_table_that_grows_reads_each_row_exact
                 )
                 spark.sql(f"INSERT INTO {name} VALUES {rows}")
             clock.advance(STEP_MS)
-            kill = KillAt(killpoints.AFTER_ACK, 3) if epoch == 2 else None
-            try:
-                run_cycle(job, uri, clock, **({"kill": kill} if kill else {}))
-            except SimulatedCrash:
-                run_cycle(job, uri, clock)
+            epoch_crashing_after_ack(job, uri, clock, crash=epoch == 2)
         ids = sorted(r["id"] for r in read_committed(open_store(uri), "catalog-orders", "out").to_pylist())
         assert ids == list(range(12))
         assert position(uri, "catalog-orders") == 12

@@ -13,12 +13,12 @@ import pytest
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Aggregates, Count, TumblingEventTimeWindows
-from spark_jobs.runtime.cycle import expected_tasks, run_cycle
+from spark_jobs.runtime.cycle import expected_tasks
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import killpoints
 from state_store.storage import open_store
-from state_store.testing import KillAt, ManualClock, SimulatedCrash
+from tests.unit.runtime.support import epochs_with_one_crash
 
 STEP = 4_000
 SCALES = [4, 4, 2, 2, 8, 8]
@@ -55,18 +55,9 @@ def job_of(parallelism: int, only: str | None = None, mode: str = "exactly_once"
 def run(
     uri: str, only: str | None = None, kill: str | None = None, mode: str = "exactly_once"
 ) -> dict[str, list[str]]:
-    clock = ManualClock(DEFAULT_START_MS)
-    crashed = False
-    for parallelism in SCALES:
-        job = job_of(parallelism, only, mode)
-        clock.advance(STEP)
-        if kill is not None and not crashed and parallelism == 2:
-            try:
-                run_cycle(job, uri, clock, executor="local", kill=KillAt(kill))  # type: ignore[arg-type]
-            except SimulatedCrash:
-                crashed = True
-        assert run_cycle(job, uri, clock, executor="local").status in ("completed", "skipped")
-    assert kill is None or crashed, f"no cycle reached kill point {kill}"
+    jobs = [job_of(parallelism, only, mode) for parallelism in SCALES]
+    epochs_with_one_crash(jobs, uri, STEP, kill, lambda job: job.parallelism == 2)
+    job = jobs[-1]
     store = open_store(uri)
     wanted = [only] if only and only != "windows" else (["windows", "w-late"] if only else list(BRANCHES))
     return {

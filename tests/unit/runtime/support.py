@@ -41,6 +41,25 @@ def cycle(job: Job, uri: str, clock: ManualClock, kill: KillSwitch = NO_KILL, **
     return run_cycle(job, uri, clock, kill=kill, **kw)
 
 
+def epochs_with_one_crash(jobs: Any, uri: str, step_ms: int, kill: str | None, crash_here: Any) -> None:
+    """Run one cycle per job of ``jobs`` (one per epoch, e.g. at changing parallelism) on a manual
+    clock advanced ``step_ms`` per epoch; the first epoch whose job ``crash_here(job)`` accepts is
+    first run with ``KillAt(kill)`` (when given) and then again. Fails when no epoch reached it."""
+    from state_store.testing import KillAt, SimulatedCrash
+
+    clock = ManualClock(DEFAULT_START_MS)
+    crashed = False
+    for job in jobs:
+        clock.advance(step_ms)
+        if kill is not None and not crashed and crash_here(job):
+            try:
+                run_cycle(job, uri, clock, executor="local", kill=KillAt(kill))  # type: ignore[arg-type]
+            except SimulatedCrash:
+                crashed = True
+        assert run_cycle(job, uri, clock, executor="local").status in ("completed", "skipped")
+    assert kill is None or crashed, f"no cycle reached kill point {kill}"
+
+
 def committed_rows(uri: str, job: Job, sink: str = SINK) -> list[tuple[Any, ...]]:
     table = read_committed(open_store(uri), job.job_id, sink)
     rows = [tuple(r.values()) for r in table.to_pylist()]

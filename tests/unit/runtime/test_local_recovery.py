@@ -252,3 +252,35 @@ def test_a_restore_to_an_older_checkpoint_reads_the_store(tmp_path: Path) -> Non
     hot, how = history((tmp_path / "warm").as_uri(), True)
     assert hot == cold and hot
     assert how == ["store", "adopted", "adopted", "adopted", "store", "adopted", "adopted"], how
+
+
+def test_chains_replaced_evicted_or_cleared_are_disposed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kept chain that can no longer be adopted frees its state at once (``Operator.dispose``)."""
+    from spark_jobs.runtime.operators.base import Operator
+    from state_store.core.keygroups import KeyGroupRange
+
+    disposed: list[int] = []
+
+    class Probe(Operator):
+        def __init__(self, n: int) -> None:
+            super().__init__()
+            self.n = n
+
+        def dispose(self) -> None:
+            disposed.append(self.n)
+
+    def key(n: int) -> warm.WarmKey:
+        return warm.WarmKey("memory://x", "job", 1, n, 2, 16, KeyGroupRange(0, 7))
+
+    def chain(n: int) -> warm.WarmChain:
+        return warm.WarmChain(n, [Probe(n)], {}, {})
+
+    warm.clear()
+    monkeypatch.setattr(warm, "MAX_KEPT", 3)
+    for n in range(3):
+        warm.keep(key(n), chain(n))
+    warm.keep(key(1), chain(10))  # replaces chain 1
+    warm.keep(key(3), chain(3))  # evicts the oldest, chain 0
+    assert disposed == [1, 0]
+    warm.clear()
+    assert sorted(disposed) == [0, 1, 2, 3, 10]

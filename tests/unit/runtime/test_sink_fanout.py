@@ -17,12 +17,11 @@ from spark_jobs.api.graph import JobDefinitionError
 from spark_jobs.api.job import DataStream, Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.api.windows import Aggregates, Count, Sum, TumblingEventTimeWindows
-from spark_jobs.runtime.cycle import run_cycle
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import killpoints
 from state_store.storage import open_store
-from state_store.testing import KillAt, ManualClock, SimulatedCrash
+from tests.unit.runtime.support import epochs_with_one_crash
 
 STEP = 4_000
 SCALES = [2, 2, 4, 4, 1, 1]
@@ -62,18 +61,9 @@ def job_of(parallelism: int, only: str | None = None) -> Job:
 
 
 def run(uri: str, only: str | None = None, kill: str | None = None) -> dict[str, list[str]]:
-    clock = ManualClock(DEFAULT_START_MS)
-    crashed = False
-    for parallelism in SCALES:
-        job = job_of(parallelism, only)
-        clock.advance(STEP)
-        if kill is not None and not crashed and parallelism == 4:
-            try:
-                run_cycle(job, uri, clock, executor="local", kill=KillAt(kill))  # type: ignore[arg-type]
-            except SimulatedCrash:
-                crashed = True
-        assert run_cycle(job, uri, clock, executor="local").status in ("completed", "skipped")
-    assert kill is None or crashed, f"no cycle reached kill point {kill}"
+    jobs = [job_of(parallelism, only) for parallelism in SCALES]
+    epochs_with_one_crash(jobs, uri, STEP, kill, lambda job: job.parallelism == 4)
+    job = jobs[-1]
     store = open_store(uri)
     wanted = [only] if only else list(BRANCHES)
     out = {}
