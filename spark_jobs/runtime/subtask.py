@@ -23,7 +23,6 @@ acknowledges either every expected uid or declines every one, with a single reas
 
 from __future__ import annotations
 
-import logging
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -41,7 +40,7 @@ from spark_jobs.runtime.channel_state import ChannelStateRef
 from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.memory import current_metrics
 from spark_jobs.runtime.operators.base import OperatorContext, OperatorSnapshot
-from spark_jobs.runtime.operators.build import BUILDERS, build_chain_operators
+from spark_jobs.runtime.operators.build import build_chain_operators, builds_operator
 from spark_jobs.runtime.plan import EpochPlan
 from spark_jobs.runtime.state_io import (
     RestoredKeyGroup,
@@ -66,8 +65,6 @@ from state_store.core.stream import (
 )
 from state_store.faults import arm
 from state_store.storage import open_store
-
-log = logging.getLogger(__name__)
 
 _metadata_cache: dict[tuple[str, int], CompletedMetadata] = {}
 _cache_lock = threading.Lock()
@@ -136,7 +133,7 @@ def _stage_sinks(stage: Stage) -> tuple[list[tuple[int, str, Any]], dict[str, Si
     built = 0
     after: dict[int, int] = {}
     for step in stage.steps:
-        if BUILDERS.get(type(step.spec)) is not None:
+        if builds_operator(step.spec):
             built += 1
         after[id(step)] = built
     taps = [
@@ -173,34 +170,19 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
     metadata = restore_metadata(store, plan)
     sinks = SubtaskSinks(subtask, plan.attempt, plan.generation)
     ops = build_chain_operators(stage)
-    warm_key = None
-    kept = None
-    logic = None
+    decision = None
     if job.local_recovery and warm.enabled_here():
         logic = warm.logic_of(
-            [step.spec for step in stage.steps if BUILDERS.get(type(step.spec)) is not None],
+            [step.spec for step in stage.steps if builds_operator(step.spec)],
             (stage.key, tuple(stage.input_keys)),
         )
         width = topo.width(stage, job)
-        warm_key = warm.WarmKey(
+        key = warm.WarmKey(
             plan.store_uri, job.job_id, stage_index, subtask, width, job.max_parallelism, key_groups
         )
-        kept = warm.take(warm_key)
-        dropped = warm.take_other_scales(warm_key)
-        if kept is not None:
-            why = warm.refusal(kept, metadata, subtask, warm.shape_of(ops), logic)
-            if why is not None:
-                log.info("local recovery of %s stage %d subtask %d: read from the store (%s)",
-                         job.job_id, stage_index, subtask, why)  # fmt: skip
-                dropped.append(kept)
-                kept = None
-        if dropped:
-            with gc_paused():
-                for stale in dropped:
-                    for old in stale.ops:
-                        old.dispose()
+        decision = warm.decide(key, logic, metadata, subtask, ops)
+    kept = decision.kept if decision is not None else None
     if kept is not None:
-        warm.take_functions(kept.ops, ops)
         ops = kept.ops
     chain = OperatorChain(ops, StageExit(sinks, _route(stages, stage, subtask, plan)))
     bases: dict[str, dict[int, RestoredKeyGroup]] = {}
@@ -248,9 +230,9 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
         sinks,
         bases,
         timing,
-        warm_key,
+        decision.key if decision is not None else None,
         kept is not None,
-        logic,
+        decision.logic if decision is not None else None,
     )
 
 
@@ -388,7 +370,8 @@ class SubtaskRunner:
             )
             record = ack.record(self.site)
             self.responder.acknowledge(record)
-            kept[op.uid] = warm.kept_ack(record.attempt, record.handles, record.snapshot)
+            if self.warm_key is not None:
+                kept[op.uid] = warm.kept_ack(record.attempt, record.handles, record.snapshot)
             summaries.append(ack.summary(self.subtask))
         if self.warm_key is not None and self.chain.events == self._events_at_snapshot:
             self._keep = warm.WarmChain(

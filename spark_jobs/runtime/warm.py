@@ -49,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spark_jobs.runtime.gcpause import gc_paused
 from spark_jobs.runtime.operators.base import Operator, OperatorSnapshot
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.manifests import CompletedMetadata
@@ -197,9 +198,45 @@ def keep(key: WarmKey, chain: WarmChain) -> None:
 
 
 def _dispose(chains: Sequence[WarmChain]) -> None:
-    for dropped in chains:
-        for op in dropped.ops:
-            op.dispose()
+    """Free the state of chains that will never be adopted, inside the GC pause (``gcpause``)."""
+    with gc_paused():
+        for dropped in chains:
+            for op in dropped.ops:
+                op.dispose()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What :func:`decide` found for a subtask opening with local recovery on."""
+
+    key: WarmKey
+    logic: str
+    kept: WarmChain | None
+    """The chain to adopt (its operators already run the fresh functions), or None: read the store."""
+
+
+def decide(
+    key: WarmKey,
+    logic: str,
+    metadata: CompletedMetadata | None,
+    subtask: int,
+    fresh: Sequence[Operator],
+) -> Decision:
+    """Take ``key``'s kept chain and adopt it unless :func:`refusal` says why not (logged); chains
+    refused, or kept at another scale, are disposed."""
+    kept = take(key)
+    dropped = take_other_scales(key)
+    if kept is not None:
+        why = refusal(kept, metadata, subtask, shape_of(fresh), logic)
+        if why is not None:
+            log.info("local recovery of %s stage %d subtask %d: read from the store (%s)",
+                     key.job_id, key.stage, subtask, why)  # fmt: skip
+            dropped.append(kept)
+            kept = None
+    _dispose(dropped)
+    if kept is not None:
+        take_functions(kept.ops, fresh)
+    return Decision(key, logic, kept)
 
 
 def take(key: WarmKey) -> WarmChain | None:

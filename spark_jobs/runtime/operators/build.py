@@ -120,6 +120,11 @@ def build_operator(spec: specs.StepSpec, site: OperatorSite) -> Operator | None:
     return None if build is None else build(spec, site)
 
 
+def builds_operator(spec: specs.StepSpec) -> bool:
+    """The step is an operator of its stage's chain (sources, key_by, spark steps and sinks are not)."""
+    return BUILDERS.get(type(spec)) is not None
+
+
 def build_chain_operators(stage: Stage) -> list[Operator]:
     """The operators of a stage's chain, in step order."""
     built = (build_operator(step.spec, OperatorSite.of(stage, step)) for step in stage.steps)
