@@ -15,6 +15,7 @@ and ``filter`` returns a boolean array for the batch. Per-record Python is the s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -70,6 +71,14 @@ class Job:
       live operators of the previous one when they equal the checkpoint it restores from, instead
       of reading that checkpoint's state files (Flink's local recovery; off by default:
       ``spark_jobs.runtime.warm`` says when it applies and what it costs).
+    * ``state_memory_mb`` -- a memory budget per subtask for keyed state: the value state of
+      batch process functions then lives in a spill store on local disk (sorted Arrow runs under
+      ``state_dir``) and may be many times larger than the budget; checkpoints upload only the
+      run files written since the checkpoint restored from. Other operators keep their state in
+      memory and say so once in the log. None (the default): every state in memory.
+      ``spark_jobs.runtime.spill_state`` says what it costs.
+    * ``state_dir`` -- where subtasks keep their spill stores (default: the system's temporary
+      directory); one directory per subtask attempt, deleted when the subtask is done with it.
     """
 
     job_id: str
@@ -86,6 +95,8 @@ class Job:
     rescale_on_change: str = "apply"
     deep_verify: bool = False
     local_recovery: bool = False
+    state_memory_mb: int | None = None
+    state_dir: str | None = None
 
     def __post_init__(self) -> None:
         validate_name("job id", self.job_id)
@@ -96,6 +107,17 @@ class Job:
             value = getattr(self, name, 1)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise JobDefinitionError(f"{name}={value!r} is invalid: use an integer >= 1")
+        if self.state_memory_mb is not None and (
+            not isinstance(self.state_memory_mb, int)
+            or isinstance(self.state_memory_mb, bool)
+            or self.state_memory_mb < 1
+        ):
+            raise JobDefinitionError(
+                f"state_memory_mb={self.state_memory_mb!r} is invalid: "
+                "use an integer >= 1 (MiB per subtask) or None"
+            )
+        if self.state_dir is not None and not isinstance(self.state_dir, str | os.PathLike):
+            raise JobDefinitionError(f"state_dir={self.state_dir!r} is invalid: use a directory path or None")
         if self.rescale_on_change not in ("apply", "refuse"):
             raise JobDefinitionError(
                 f"rescale_on_change={self.rescale_on_change!r} is invalid: use 'apply' or 'refuse'"

@@ -30,6 +30,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from spark_jobs.api.functions import BATCH_STATE
+from spark_jobs.runtime import spill_state
 from spark_jobs.runtime.operators.base import OperatorRestore, OperatorSnapshot
 from state_store.core import checksums, task_parts
 from state_store.core.keygroups import KeyGroupRange
@@ -241,6 +243,12 @@ def write_operator_snapshot(
             out.handles.extend(chain.handles())
         out.handles = referenced(out.handles)  # a file of several key groups is one handle
     out.snapshot = {STATE_FILES: files, "timers": timers_to_json(snap.timers), "extra": snap.extra}
+    if snap.spill is not None:
+        spilled = spill_state.write_spill(store, layout, uid, snap.spill)
+        out.snapshot[spill_state.SPILL] = spilled.json
+        out.handles = referenced([*out.handles, *spilled.handles])
+        out.bytes_written += spilled.bytes_written
+        out.files_written += spilled.files_written
     return out
 
 
@@ -375,12 +383,17 @@ def read_operator_restore(
     key_groups: KeyGroupRange,
     *,
     int_rows: bool = False,
+    spill_native: bool = False,
 ) -> tuple[OperatorRestore | None, dict[int, RestoredKeyGroup]]:
     """Fetch, verify and merge the state of ``uid`` for ``key_groups`` from a completed checkpoint.
 
     Returns the restore (None if the operator has no state there: a new operator starts empty)
     and every restored key group's chain and entries (the base of the next incremental snapshot).
     ``int_rows``: files of the columnar shape decode to ``IntRows`` (for a columnar operator).
+    Spill stores (``spill_state``) go to ``OperatorRestore.spill`` as they are when
+    ``spill_native`` (an operator keeping its state on disk fetches the run files itself), else
+    their rows are decoded into ``keyed`` like any state file's (a heap-backed operator, a
+    savepoint, an inspection).
     """
     entries = task_snapshots(metadata, uid)
     if metadata is None or not entries:
@@ -395,6 +408,11 @@ def read_operator_restore(
         restore.timers.update(_timers_from_json(entry.get("timers", {}), key_groups))
         if entry.get("extra"):
             restore.extra.setdefault("parts", []).append(entry["extra"])
+    spilled = spill_state.spill_sources(store, entries, key_groups)
+    if spill_native:
+        restore.spill = spilled
+    elif spilled:
+        restore.keyed.extend(spill_state.canonical_parts(spilled, key_groups, BATCH_STATE))
     restored: dict[int, RestoredKeyGroup] = {}
     loaded = _load_all(store, chains, metadata.checkpoint_id, int_rows)  # each file once
     whole: dict[str, list[int]] = {}  # base file -> its key groups restored from it as they are

@@ -166,6 +166,8 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
         key_groups,
         plan.trigger_ms,
         plan.checkpoint_id,
+        job.state_memory_mb,
+        job.state_dir,
     )
     metadata = restore_metadata(store, plan)
     sinks = SubtaskSinks(subtask, plan.attempt, plan.generation)
@@ -174,7 +176,7 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
     if job.local_recovery and warm.enabled_here():
         logic = warm.logic_of(
             [step.spec for step in stage.steps if builds_operator(step.spec)],
-            (stage.key, tuple(stage.input_keys)),
+            (stage.key, tuple(stage.input_keys), job.state_memory_mb),
         )
         width = topo.width(stage, job)
         key = warm.WarmKey(
@@ -209,6 +211,7 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
                     op.uid,
                     key_groups,
                     int_rows=bool(getattr(op, "columnar_restore", False)),
+                    spill_native=job.state_memory_mb is not None and bool(getattr(op, "can_spill", False)),
                 )
                 bases[op.uid] = base
             op.open(ctx, restored)

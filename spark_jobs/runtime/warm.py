@@ -21,7 +21,9 @@ dropped and disposed):
 3. the operators are of the same kinds, uids and order, and their steps are configured alike
    (:func:`logic_of`: window assigner and aggregates, TTL, the stage's key, a function's state
    descriptors -- a job redefined in the same process must not go on with the old configuration);
-4. nothing was processed after the snapshot (unaligned checkpoints go on after the barrier).
+4. nothing was processed after the snapshot (unaligned checkpoints go on after the barrier);
+5. no operator reports damaged local state (:meth:`Operator.local_damage`: a spill store's run file
+   that changed or vanished on disk since the snapshot).
 
 Adoption takes the user functions of the freshly built operators (:func:`take_functions`: a
 restore runs the job's current functions, and a function's Python attributes are no state) and
@@ -289,4 +291,8 @@ def refusal(
         task = held.get(uid)
         if task is None or kept_ack(task.attempt, task.handles, task.snapshot) != ack:
             return f"checkpoint {metadata.checkpoint_id} holds another ack of {uid} subtask {subtask}"
+    for op in chain.ops:
+        damage = op.local_damage()
+        if damage is not None:
+            return damage
     return None

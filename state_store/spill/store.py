@@ -93,6 +93,11 @@ class SpillStore:
         self._snapshot_files: set[str] = {f.name for _, f in self._runs}
         self._obsolete: list[Path] = []
         self.peak_buffer_bytes = 0
+        self.peak_memory_bytes = 0
+        """The store's own accounting of its peak: the write buffer plus what one read or merge held
+        at once (its sorted copy of the buffer, one key group's batches of every run). The values a
+        ``get`` returns belong to the caller's chunk and are not counted (as Flink's managed memory
+        bounds RocksDB, not the records a task holds)."""
 
     # ------------------------------------------------------------------------------------ writes
     def put(self, key_groups: np.ndarray, keys: pa.Array, values: pa.Array) -> None:
@@ -114,12 +119,32 @@ class SpillStore:
             )
         if keys.null_count:
             raise BadInputError("spill store: a key is null; keys must be non-null")
-        seq = pa.array(np.arange(self._writes, self._writes + len(keys), dtype=np.int64))
-        self._writes += len(keys)
-        batch = pa.record_batch([pa.array(kgs), keys, values, seq], schema=self._schema)
+        n = len(keys)
+        whole = pa.record_batch(
+            [
+                pa.array(kgs),
+                keys,
+                values,
+                pa.array(np.arange(self._writes, self._writes + n, dtype=np.int64)),
+            ],
+            schema=self._schema,
+        )
+        self._writes += n
+        if whole.nbytes * 8 < self.budget:
+            self._buffered(whole)
+            return
+        # A large write is buffered in pieces of at most budget/8, each copied (a slice would keep
+        # the caller's whole arrays alive) and flushed in turn: the buffer never holds more.
+        rows = max(1, int(n * self.budget / 8 / max(whole.nbytes, 1)) // 2)
+        for lo in range(0, n, rows):
+            piece = whole.slice(lo, rows)
+            self._buffered(_copied(piece))
+
+    def _buffered(self, batch: pa.RecordBatch) -> None:
         self._buffer.append(batch)
         self._buffer_bytes += batch.nbytes
         self.peak_buffer_bytes = max(self.peak_buffer_bytes, self._buffer_bytes)
+        self._held(0)
         if self._buffer_bytes * 8 >= self.budget:
             self.flush()
 
@@ -138,11 +163,15 @@ class SpillStore:
             )
         return kgs
 
+    def _held(self, extra: int) -> None:
+        self.peak_memory_bytes = max(self.peak_memory_bytes, self._buffer_bytes + extra)
+
     def flush(self) -> None:
         """Write the buffer as one sorted run (no-op when empty); compact when there are too many runs."""
         if not self._buffer:
             return
         table = _newest_per_key(pa.Table.from_batches(self._buffer, self._schema))
+        self._held(table.nbytes)
         self._buffer, self._buffer_bytes = [], 0
         parts = list(_split_by_key_group(table))
         self._write_run([kg for kg, _ in parts], (b for _, b in parts))
@@ -192,6 +221,7 @@ class SpillStore:
                 [pa.array([], self.key_type), pa.array([], self.value_type)], names=["key", "value"]
             )
         table = _newest_per_key(pa.Table.from_batches(parts, self._schema))
+        self._held(sum(p.nbytes for p in parts) + table.nbytes)
         if drop_tombstones:
             table = table.filter(pc.is_valid(table.column("value")))
         return pa.record_batch(
@@ -216,6 +246,7 @@ class SpillStore:
             _newest_per_key(pa.Table.from_batches(self._buffer, self._schema)) if self._buffer else None
         )
         buf_parts = dict(_split_by_key_group(buffered)) if buffered is not None else {}
+        copied = buffered.nbytes if buffered is not None else 0
         positions: list[np.ndarray] = []
         found: list[pa.Array] = []
         order = np.argsort(kgs, kind="stable")
@@ -223,6 +254,7 @@ class SpillStore:
             want = keys.take(pa.array(idx))
             todo = np.ones(len(idx), dtype=bool)
             sources = [buf_parts.get(kg)] + [r.batch(kg) for r, _ in reversed(self._runs)]
+            self._held(copied + sum(b.nbytes for b in sources[1:] if b is not None))
             for batch in sources:
                 if batch is None or not todo.any():
                     continue
@@ -275,6 +307,10 @@ class SpillStore:
         self._delete_obsolete()
         return SpillSnapshot(self.key_group_range, self.key_type, self.value_type, runs)
 
+    def snapshot_files(self) -> list[RunFile]:
+        """The run files of the store now (after a snapshot: that snapshot's files)."""
+        return [f for _, f in self._runs]
+
     @property
     def buffer_bytes(self) -> int:
         """Bytes held by the write buffer now (the store's own memory accounting)."""
@@ -293,6 +329,11 @@ class SpillStore:
     def __repr__(self) -> str:
         r = self.key_group_range
         return f"SpillStore({os.fspath(self.directory)!r}, {r.first}..{r.last}, runs={len(self._runs)})"
+
+
+def _copied(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch with buffers of its own (a slice shares, and keeps alive, its parent's)."""
+    return pa.record_batch([pa.concat_arrays([c]) for c in batch.columns], schema=batch.schema)
 
 
 def _release() -> None:

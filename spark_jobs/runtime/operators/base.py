@@ -17,12 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import pyarrow as pa
 
 from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state.snapshot import KeyedStateSnapshot
+
+if TYPE_CHECKING:
+    from spark_jobs.runtime.spill_state import SpillPart, SpillSource
 
 
 class Output(Protocol):
@@ -45,6 +48,10 @@ class OperatorContext:
     key_groups: KeyGroupRange
     now_ms: int
     checkpoint_id: int
+    state_memory_mb: int | None = None
+    """``Job.state_memory_mb``: keyed value state on local disk under this budget (None: in memory)."""
+    state_dir: str | None = None
+    """``Job.state_dir``: the root of the subtasks' spill directories (None: the temporary directory)."""
 
 
 @dataclass
@@ -55,6 +62,8 @@ class OperatorSnapshot:
     keyed: KeyedStateSnapshot | None = None
     timers: dict[int, dict[str, list[list[Any]]]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
+    spill: SpillPart | None = None
+    """Value state kept on local disk (``spark_jobs.runtime.spill_state``): its run files."""
 
 
 @dataclass
@@ -65,6 +74,9 @@ class OperatorRestore:
     timers: dict[int, dict[str, list[list[Any]]]] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     checkpoint_id: int | None = None
+    spill: list[SpillSource] = field(default_factory=list)
+    """Spill stores of the old subtasks whose key groups meet this subtask's (``spill_native``
+    restores only; otherwise their rows are decoded into ``keyed``)."""
     trusted_key_groups: bool = False
     """True when ``keyed`` was read from files of a completed checkpoint that matched its size and
     SHA-256 listing (``read_operator_restore``). Such a file holds each entry under the key group
@@ -120,6 +132,11 @@ class Operator:
         what is per epoch (metrics) and make ``checkpoint_id`` the base of the next incremental
         snapshot (as a restore from it would)."""
         self.ctx = ctx
+
+    def local_damage(self) -> str | None:
+        """Local recovery: why this live operator's local state can no longer be trusted (a file it
+        keeps on disk changed or vanished), else None; then the epoch reads the store instead."""
+        return None
 
     def metrics(self) -> dict[str, Any]:
         return {}

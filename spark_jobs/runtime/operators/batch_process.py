@@ -24,7 +24,9 @@ import pyarrow.compute as pc
 
 from spark_jobs.api.functions import BATCH_STATE, BatchProcessFunction
 from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_groups
+from spark_jobs.runtime.operators.base import OperatorContext, OperatorRestore, OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
+from spark_jobs.runtime.spill_state import SpillValueState
 from state_store.core.errors import BadInputError
 from state_store.core.state import ValueStateDescriptor
 from state_store.core.stream.timers import InternalTimer
@@ -91,6 +93,10 @@ def _array(values: Any) -> pa.Array:
 
 
 class BatchProcessOperator(KeyedOperator):
+    can_spill = True
+    """With ``Job(state_memory_mb=...)`` the value state lives in a spill store on local disk
+    (``spark_jobs.runtime.spill_state``); timers stay on the heap."""
+
     def __init__(self, uid: str, key: KeySpec, fn: BatchProcessFunction) -> None:
         super().__init__(uid, key)
         if not isinstance(fn.state_schema, pa.Schema):
@@ -102,9 +108,59 @@ class BatchProcessOperator(KeyedOperator):
         self.schema: pa.Schema = fn.state_schema
         self.descriptor = ValueStateDescriptor[list[Any]](BATCH_STATE)
         self._fired: list[tuple[Any, int]] = []
+        self.spill: SpillValueState | None = None
+
+    def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
+        if ctx.state_memory_mb is not None:
+            self.spill = SpillValueState(
+                f"batch process function {self.uid!r}",
+                SpillValueState.directory_for(ctx.state_dir, ctx.job_id, self.uid or "op", ctx.subtask),
+                ctx.key_groups,
+                ctx.max_parallelism,
+                ctx.state_memory_mb << 20,
+                self.schema,
+            )
+        super().open(ctx, restored)
 
     def register_states(self) -> None:
-        self.backend.bulk(self.descriptor)
+        if self.spill is None:
+            self.backend.bulk(self.descriptor)
+
+    def restore_keyed(self, restored: OperatorRestore) -> None:
+        if self.spill is None:
+            super().restore_keyed(restored)
+            return
+        self.spill.restore(restored.spill)
+        self.spill.load_rows(restored.keyed, BATCH_STATE)  # a heap checkpoint or a savepoint
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        if self.spill is None:
+            return super().snapshot(checkpoint_id)
+        part = self.spill.snapshot()
+        self._spill_part = part
+        return OperatorSnapshot(None, self.timers.snapshot(), self.snapshot_extra(), part)
+
+    def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
+        super().reopen(ctx, checkpoint_id)
+        if self.spill is not None:
+            self.spill.snapshot_taken(getattr(self, "_spill_part", None))
+
+    def local_damage(self) -> str | None:
+        return None if self.spill is None else self.spill.damaged_file()
+
+    def dispose(self) -> None:
+        super().dispose()
+        if self.spill is not None:
+            self.spill.dispose()
+
+    def metrics(self) -> dict[str, Any]:
+        if self.spill is None:
+            return super().metrics()
+        return {
+            **super().metrics(),
+            "state_on_disk_bytes": self.spill.disk_bytes,
+            "state_memory_peak_bytes": self.spill.peak_memory_bytes,
+        }
 
     # -- input -----------------------------------------------------------------------------------
     def process_batch(self, batch: pa.RecordBatch) -> None:
@@ -120,18 +176,27 @@ class BatchProcessOperator(KeyedOperator):
         self._apply(ctx)
         self._emit(out, latest)
 
-    def _check_key_groups(self, keys: list[Any]) -> None:
-        if not keys:
+    def _check_key_groups(self, keys: list[Any] | pa.Array) -> None:
+        if not len(keys):
             return
-        groups = key_groups(pa.array(keys), self.backend.max_parallelism)
+        groups = key_groups(
+            keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
+        )
         outside = np.nonzero(
             (groups < self.backend.key_groups.first) | (groups > self.backend.key_groups.last)
         )[0]
         if len(outside):
-            self.backend.set_current_key(keys[int(outside[0])])  # raises KeyOutOfRangeError
+            bad = keys[int(outside[0])]
+            self.backend.set_current_key(
+                bad.as_py() if isinstance(bad, pa.Scalar) else bad
+            )  # raises KeyOutOfRangeError
 
     def _state_table(self, keys: list[Any]) -> pa.Table:
         """One row per key: ``key`` and the state fields (null where a key has no state)."""
+        if self.spill is not None:
+            key_array = pa.array(keys) if keys else pa.array([], pa.null())
+            state = self.spill.get(key_array)
+            return pa.Table.from_arrays([key_array, *state.columns], names=[KEY, *self.schema.names])
         stored = self.backend.bulk(self.descriptor).get_many(keys)
         columns: dict[str, Any] = {KEY: pa.array(keys) if keys else pa.array([], pa.null())}
         for j, field in enumerate(self.schema):
@@ -139,6 +204,23 @@ class BatchProcessOperator(KeyedOperator):
         return pa.table(columns)
 
     def _apply(self, ctx: _BatchContext) -> None:
+        if self.spill is not None:
+            self._apply_spilled(ctx)
+        else:
+            self._apply_heap(ctx)
+        self._apply_timers(ctx)
+
+    def _apply_spilled(self, ctx: _BatchContext) -> None:
+        assert self.spill is not None
+        for table in ctx.updates:
+            keys = table.column(KEY).combine_chunks()
+            self._check_key_groups(keys)
+            self.spill.put(keys, table)  # the store keeps a key's last row
+        for keys in ctx.clears:
+            self._check_key_groups(keys)
+            self.spill.delete(keys)
+
+    def _apply_heap(self, ctx: _BatchContext) -> None:
         bulk = self.backend.bulk(self.descriptor)
         for table in ctx.updates:
             keys = table.column(KEY).to_pylist()
@@ -152,6 +234,8 @@ class BatchProcessOperator(KeyedOperator):
             names = keys.to_pylist()
             self._check_key_groups(names)
             bulk.put_many(names, [None] * len(names))
+
+    def _apply_timers(self, ctx: _BatchContext) -> None:
         for keys, stamps, register in ctx.timers:
             for key, timestamp in zip(keys.to_pylist(), stamps.to_pylist()):
                 self.backend.set_current_key(key)
