@@ -152,7 +152,12 @@ class OperatorChain:
             self.exit.emit_watermark(timestamp)
 
     def metrics(self) -> dict[str, dict[str, Any]]:
-        return {op.uid: op.metrics() for op in self.ops if op.uid}
+        out = {op.uid: op.metrics() for op in self.ops if op.uid}
+        for op in self.ops:
+            note = getattr(op, "state_in_memory", None)
+            if op.uid and note:
+                out[op.uid] = {**out[op.uid], "state_in_memory": note}
+        return out
 
     def dispose(self) -> None:
         for op in self.ops:

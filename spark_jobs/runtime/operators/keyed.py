@@ -3,6 +3,7 @@ key groups the subtask owns, both restored before ``open`` returns."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -14,9 +15,21 @@ from state_store.core.keygroups import key_group_of
 from state_store.core.state import KeyedStateBackend
 from state_store.core.stream.timers import InternalTimer, TimerService
 
+log = logging.getLogger(__name__)
+
+
+_TOLD: set[tuple[str, str]] = set()
+"""(job, uid) of the operators whose in-memory state under ``state_memory_mb`` was logged already."""
+IN_MEMORY_NOTE = "state_memory_mb keeps the value state of batch process functions on disk; this operator's state is in memory"
+
 
 class KeyedOperator(Operator):
     stateful = True
+    can_spill = False
+    """True for operators that keep their state on disk under ``Job.state_memory_mb``."""
+    state_in_memory: str | None = None
+    """Set when ``state_memory_mb`` is configured but this operator keeps its state in memory (the
+    ack's metrics say so, and the log, once per process)."""
     _restored_from: int | None = None
     """The checkpoint the state was restored from (or adopted as, ``reopen``): the base of the next
     incremental snapshot of operators that keep state outside the heap backend."""
@@ -34,6 +47,11 @@ class KeyedOperator(Operator):
     def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
         super().open(ctx, restored)
         self._now = ctx.now_ms
+        if ctx.state_memory_mb is not None and not self.can_spill:
+            self.state_in_memory = IN_MEMORY_NOTE
+            if (ctx.job_id, str(self.uid)) not in _TOLD:
+                _TOLD.add((ctx.job_id, str(self.uid)))
+                log.warning("job %s operator %s: %s", ctx.job_id, self.uid, IN_MEMORY_NOTE)
         self.backend = KeyedStateBackend(ctx.key_groups, ctx.max_parallelism, now_ms=self.now_ms)
         self.timers: TimerService[Any, Any] = TimerService(
             self, lambda key: key_group_of(key, ctx.max_parallelism)

@@ -24,7 +24,9 @@ from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.chaos.observe import state_digest
 from spark_jobs.lifecycle.restore import RestoreRequest, restore
 from spark_jobs.lifecycle.savepoint import take_savepoint
+from spark_jobs.runtime import warm
 from spark_jobs.runtime.cycle import run_cycle
+from spark_jobs.runtime.operators.keyed import IN_MEMORY_NOTE
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import CompletedCheckpointStore, JobLayout, killpoints
@@ -292,3 +294,106 @@ def test_bad_budgets_and_keys_the_disk_cannot_hold_are_refused(tmp_path: Path) -
         BadInputError, match=r"keys of type double cannot be kept on disk .*set state_memory_mb=None"
     ):
         run_cycle(job, (tmp_path / "store").as_uri(), ManualClock(DEFAULT_START_MS + STEP), executor="local")
+
+
+def run_warm(
+    uri: str,
+    state_dir: Path,
+    *,
+    kill: tuple[int, str] | None = None,
+    damage: dict[int, str] | None = None,
+) -> tuple[list[str], dict[str, Any], list[str]]:
+    """The 6 epochs of ``run`` with state on disk and local recovery on: output, state, and per epoch
+    how the subtasks of ``totals`` restored. ``kill``: (epoch, kill point) crashes that epoch once;
+    ``damage``: before epoch e, ``"changed"`` or ``"deleted"`` one run file a kept store holds."""
+    warm.clear()
+    clock = ManualClock(DEFAULT_START_MS)
+    how = []
+    try:
+        for epoch in range(6):
+            job = job_of(SCALES[epoch], True, state_dir)
+            job.local_recovery = True
+            clock.advance(STEP)
+            if damage and epoch in damage:
+                victim = sorted(state_dir.rglob("*.arrow"))[0]
+                if damage[epoch] == "deleted":
+                    victim.unlink()
+                else:
+                    data = bytearray(victim.read_bytes())
+                    data[len(data) // 2] ^= 0xFF
+                    victim.write_bytes(bytes(data))
+            if kill is not None and epoch == kill[0]:
+                with pytest.raises(SimulatedCrash):
+                    run_cycle(job, uri, clock, executor="local", kill=KillAt(kill[1]))  # type: ignore[arg-type]
+            assert run_cycle(job, uri, clock, executor="local").status in ("completed", "skipped")
+            how.append(",".join(sorted({str(t.metrics.get("local_recovery")) for t in latest_tasks(uri)})))
+    finally:
+        warm.clear()
+    assert not list(state_dir.rglob("*.arrow")), "disposed kept stores left their files behind"
+    store = open_store(uri)
+    rows = read_committed(store, "wide", "out").to_pylist()
+    completed, _ = CompletedCheckpointStore.recover(store, JobLayout("wide"), 1)
+    latest = completed.latest()
+    assert latest is not None
+    out = sorted(repr((r["user_id"], r["count"], r["total"], r["expired"], r["_ts"])) for r in rows)
+    return out, state_digest(store, latest.metadata, MAXP), how
+
+
+def test_warm_epochs_adopt_the_store_on_disk_and_equal_the_in_memory_run(
+    tmp_path: Path, in_memory: tuple[list[str], dict[str, Any]]
+) -> None:
+    out, digest, how = run_warm((tmp_path / "store").as_uri(), tmp_path / "state")
+    assert (out, digest) == in_memory
+    # scales 4, 4, 2, 2, 8, 8: each rescale reads the store, the epochs after it adopt
+    assert how == ["store", "adopted", "store", "adopted", "store", "adopted"], how
+
+
+@pytest.mark.parametrize("damage", ["changed", "deleted"])
+def test_a_damaged_local_run_file_falls_back_to_the_store(
+    tmp_path: Path, damage: str, in_memory: tuple[list[str], dict[str, Any]]
+) -> None:
+    out, digest, how = run_warm((tmp_path / "store").as_uri(), tmp_path / "state", damage={1: damage})
+    assert (out, digest) == in_memory
+    assert "store" in how[1].split(","), how  # the damaged subtask read the store
+    assert how[3] == "adopted", how
+
+
+@pytest.mark.parametrize(
+    "point", [killpoints.AFTER_STATE_UPLOAD, killpoints.AFTER_ACK, killpoints.AFTER_METADATA]
+)
+def test_a_crash_between_warm_epochs_reads_the_store_and_stays_exactly_once(
+    tmp_path: Path, point: str, in_memory: tuple[list[str], dict[str, Any]]
+) -> None:
+    out, digest, how = run_warm((tmp_path / "store").as_uri(), tmp_path / "state", kill=(1, point))
+    assert (out, digest) == in_memory
+    assert how[3] == "adopted", how
+
+
+def test_operators_that_keep_state_in_memory_say_so_once_in_the_log_and_in_every_ack(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from spark_jobs.api.windows import Count, TumblingEventTimeWindows
+
+    uri = (tmp_path / "store").as_uri()
+    clock = ManualClock(DEFAULT_START_MS)
+    for _ in range(2):
+        job = Job(
+            "counts", parallelism=2, max_parallelism=MAXP, state_memory_mb=1, state_dir=str(tmp_path / "s")
+        )
+        source = GeneratorSource(uid="clicks", partitions=1, seed=3, events_per_second=[40], keys=50,
+                                 start_ms=DEFAULT_START_MS)  # fmt: skip
+        job.source(source, uid="clicks").key_by("page").window(
+            TumblingEventTimeWindows(2_000), Count(), uid="per-page"
+        ).sink(ParquetSink(), uid="out")
+        clock.advance(STEP)
+        with caplog.at_level("WARNING", logger="spark_jobs.runtime.operators.keyed"):
+            assert run_cycle(job, uri, clock, executor="local").status == "completed"
+    told = [r.getMessage() for r in caplog.records if "per-page" in r.getMessage()]
+    assert told == [f"job counts operator per-page: {IN_MEMORY_NOTE}"], (
+        told
+    )  # once, for 2 subtasks x 2 epochs
+    completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout("counts"), 1)
+    latest = completed.latest()
+    assert latest is not None
+    notes = {t.metrics.get("state_in_memory") for t in latest.metadata.tasks if t.task.uid == "per-page"}
+    assert notes == {IN_MEMORY_NOTE}
