@@ -90,7 +90,11 @@ class KeyedSubtask(SubtaskRunner):
 
     def run(self, messages: Iterable[tuple[int, Message]]) -> Iterator[Any]:
         with gc_paused():
-            out = self._run(messages)
+            try:
+                out = self._run(messages)
+            except BaseException:
+                self.abandon()
+                raise
         yield from out
 
     def _run(self, messages: Iterable[tuple[int, Message]]) -> list[Any]:

@@ -78,7 +78,11 @@ class SourceSubtask(SubtaskRunner):
 
     def run(self) -> Iterator[Any]:
         with gc_paused():
-            out = self._run()
+            try:
+                out = self._run()
+            except BaseException:
+                self.abandon()
+                raise
         yield from out
 
     def _run(self) -> list[Any]:

@@ -38,9 +38,9 @@ of the operator's ``state_schema`` (a present key's struct is never null, its fi
 from __future__ import annotations
 
 import base64
+import fcntl
 import itertools
 import logging
-import mmap
 import os
 import shutil
 import tempfile
@@ -134,8 +134,9 @@ def write_spill(store: ObjectStore, layout: JobLayout, uid: str, part: SpillPart
     for run in snap.runs:
         handle = shared_handle(layout, uid, run.file)
         if run.file.name not in part.base and handle.key not in {h.key for h in out.handles}:
-            out.bytes_written += _upload(store, handle, part.directory / run.file.name)
-            out.files_written += 1 if handle.size else 0
+            written = _upload(store, handle, part.directory / run.file.name)
+            out.bytes_written += written
+            out.files_written += 1 if written else 0
         out.handles.append(handle)
         runs.append(
             {
@@ -157,22 +158,13 @@ def write_spill(store: ObjectStore, layout: JobLayout, uid: str, part: SpillPart
 
 def _upload(store: ObjectStore, handle: StateHandle, path: Path) -> int:
     """Write one run file (0 when an identical one is there: a retry after a failed attempt; its
-    name is its digest and the store verified it when it was written). The bytes are mapped, not
-    copied onto the heap."""
+    name is its digest and the store verified it when it was written). A run file holds about the
+    budget at most (``state_store.spill.store.FILE_FRACTION``), so reading it whole while the store
+    is idle stays within the budget."""
     info = store.head(handle.key)
     if info is not None and info.size == handle.size:
         return 0
-    with open(path, "rb") as f:
-        if handle.size == 0:
-            data: Any = b""
-            checksums.put_checked(store, handle.key, data, handle.checksum)
-            return 0
-        with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
-            view = memoryview(mapped)
-            try:
-                checksums.put_checked(store, handle.key, view, handle.checksum)  # type: ignore[arg-type]
-            finally:
-                view.release()
+    checksums.put_checked(store, handle.key, path.read_bytes(), handle.checksum, create_only=True)
     return handle.size
 
 
@@ -205,7 +197,8 @@ def spill_sources(
 
 def _fetcher(store: ObjectStore, handles: Mapping[str, StateHandle]) -> Fetch:
     def fetch(file: RunFile, path: Path) -> None:
-        key = handles[file.name].key
+        handle = handles[file.name]
+        key = handle.key
         try:
             data = store.get(key).data
         except Exception as exc:
@@ -213,6 +206,14 @@ def _fetcher(store: ObjectStore, handles: Mapping[str, StateHandle]) -> Fetch:
                 f"spill run file {key} cannot be read ({exc}); "
                 "restore from an earlier checkpoint or a savepoint"
             ) from exc
+        actual = checksums.mismatch(handle.checksum, data) if len(data) == handle.size else None
+        if len(data) != handle.size or actual is not None:
+            found = f"{len(data)} bytes" if actual is None else f"{len(data)} bytes and checksum {actual}"
+            raise DamagedRunFileError(
+                f"spill run file {key} has {found}, the checkpoint says {handle.size} bytes and "
+                f"{handle.checksum}: its bytes changed after it was written; restore from an earlier "
+                "checkpoint or a savepoint"
+            )
         with open(path, "wb") as f:
             f.write(data)
             f.flush()
@@ -282,6 +283,31 @@ def _rows(batch: pa.RecordBatch) -> Iterator[StateRow]:
 
 
 # ------------------------------------------------------------------------------ the operator
+def _json_type(t: pa.DataType) -> bool:
+    if pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_boolean(t) or pa.types.is_null(t):
+        return True
+    if pa.types.is_string(t) or pa.types.is_large_string(t):
+        return True
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _json_type(t.value_type)
+    if pa.types.is_struct(t):
+        return all(_json_type(t.field(i).type) for i in range(t.num_fields))
+    return False
+
+
+def check_savepoint_types(what: str, schema: pa.Schema) -> None:
+    """Refuse a state schema whose values the canonical form (JSON values: savepoints, the heap
+    backend) cannot hold -- else a job would checkpoint on disk for weeks and fail at its first
+    savepoint or backend switch."""
+    for field in schema:
+        if not _json_type(field.type):
+            raise BadInputError(
+                f"{what}: state_schema field {field.name!r} has type {field.type}, which savepoints "
+                "cannot hold (state values are JSON: integers, floats, booleans, strings, lists and structs of them): "
+                "cast it, e.g. a decimal to float64 or a timestamp to int64 milliseconds"
+            )
+
+
 def normal_keys(keys: pa.Array | pa.ChunkedArray, what: str) -> pa.Array:
     """Keys as the store holds them: integers widened to int64, large strings/binaries narrowed."""
     if isinstance(keys, pa.ChunkedArray):
@@ -303,6 +329,56 @@ def normal_keys(keys: pa.Array | pa.ChunkedArray, what: str) -> pa.Array:
     )
 
 
+def claim_directory(root: str | None, job_id: str, uid: str, subtask: int) -> tuple[Path, int]:
+    """A fresh spill directory for this attempt, ``<state_dir>/<job>/<uid>/s<subtask>-<id>``, and the
+    descriptor of its lock file ``s<subtask>-<id>.lock`` beside it, flock'ed until :func:`release`
+    (or the process's death). Directories of dead attempts -- their lock is free -- are deleted first."""
+    base = Path(root) if root else Path(tempfile.gettempdir()) / "epochal-state"
+    parent = base / job_id / uid
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+        _sweep(parent)
+        while True:
+            name = f"s{subtask}-{uuid.uuid4().hex[:12]}"
+            lock = parent / f"{name}.lock"
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            if os.stat(lock).st_ino == os.fstat(fd).st_ino:  # not swept between create and lock
+                return parent / name, fd
+            os.close(fd)
+    except OSError as exc:
+        raise BadInputError(
+            f"state_dir {base} cannot hold spill stores ({exc.strerror or exc}): "
+            "set Job(state_dir=...) to a writable local directory"
+        ) from exc
+
+
+def _sweep(parent: Path) -> None:
+    """Delete the spill directories under ``parent`` whose lock nobody holds (their attempt died)."""
+    for lock in parent.glob("*.lock"):
+        try:
+            fd = os.open(lock, os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # a live attempt (this process's kept stores included)
+        try:
+            shutil.rmtree(parent / lock.stem, ignore_errors=True)
+            lock.unlink(missing_ok=True)
+        finally:
+            os.close(fd)
+
+
+def release(directory: Path, fd: int) -> None:
+    """Delete a claimed directory and its lock file, then let the lock go."""
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.with_name(directory.name + ".lock").unlink(missing_ok=True)
+    os.close(fd)
+
+
 class SpillValueState:
     """One value per key (a struct of ``schema``) in a spill store under ``budget_bytes``.
 
@@ -312,14 +388,14 @@ class SpillValueState:
     def __init__(
         self,
         what: str,
-        directory: Path,
+        claimed: tuple[Path, int],
         key_group_range: KeyGroupRange,
         max_parallelism: int,
         budget_bytes: int,
         schema: pa.Schema,
     ) -> None:
         self.what = what
-        self.directory = directory
+        self.directory, self._lock = claimed
         self.key_group_range = key_group_range
         self.max_parallelism = max_parallelism
         self.budget = budget_bytes
@@ -329,11 +405,6 @@ class SpillValueState:
         self.base: frozenset[str] = frozenset()
         """Names of the run files the checkpoint this state was restored from lists."""
         self.stats: RestoreStats | None = None
-
-    @staticmethod
-    def directory_for(root: str | None, job_id: str, uid: str, subtask: int) -> Path:
-        base = Path(root) if root else Path(tempfile.gettempdir()) / "epochal-state"
-        return base / job_id / uid / f"s{subtask}-{uuid.uuid4().hex[:12]}"
 
     # -- access ----------------------------------------------------------------------------------
     def _groups(self, keys: pa.Array) -> np.ndarray:
@@ -464,4 +535,6 @@ class SpillValueState:
         if self.store is not None:
             self.store.close()
             self.store = None
-        shutil.rmtree(self.directory, ignore_errors=True)
+        if self._lock >= 0:
+            release(self.directory, self._lock)
+            self._lock = -1

@@ -23,6 +23,7 @@ acknowledges either every expected uid or declines every one, with a single reas
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -146,6 +147,49 @@ def _stage_sinks(stage: Stage) -> tuple[list[tuple[int, str, Any]], dict[str, Si
     return taps, side
 
 
+def _open_operators(
+    store: ObjectStore,
+    chain: OperatorChain,
+    ctx: OperatorContext,
+    metadata: CompletedMetadata | None,
+    key_groups: KeyGroupRange,
+    kept: warm.WarmChain | None,
+    job: Any,
+) -> tuple[dict[str, dict[int, RestoredKeyGroup]], Timing]:
+    """Restore (or, with ``kept``, adopt) every operator of the chain: per stateful uid the restored
+    files its next snapshot may reference, and the time it took."""
+    bases: dict[str, dict[int, RestoredKeyGroup]] = {}
+    timing = Timing()
+    with gc_paused():  # restore: many long-lived objects, no cyclic garbage (gcpause docstring)
+        for op in chain.ops:
+            restored = None
+            began = time.perf_counter()
+            if kept is not None:
+                assert metadata is not None
+                op.reopen(ctx, metadata.checkpoint_id)
+                if op.stateful and op.uid:
+                    snap = kept.snapshots.get(op.uid)
+                    load = partial(_stored_bases, store, metadata, op.uid, key_groups)
+                    bases[op.uid] = adopted_bases(
+                        metadata, op.uid, key_groups, snap.keyed if snap is not None else None, load
+                    )
+                timing.restore_s += time.perf_counter() - began
+                continue
+            if op.stateful and op.uid:
+                restored, base = read_operator_restore(
+                    store,
+                    metadata,
+                    op.uid,
+                    key_groups,
+                    int_rows=bool(getattr(op, "columnar_restore", False)),
+                    spill_native=job.state_memory_mb is not None and bool(getattr(op, "can_spill", False)),
+                )
+                bases[op.uid] = base
+            op.open(ctx, restored)
+            timing.restore_s += time.perf_counter() - began
+    return bases, timing
+
+
 def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskParts:
     """Open subtask ``subtask`` of stage ``stage_index``: the I/O of the module docstring's first step."""
     job = plan.job
@@ -187,37 +231,15 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
     if kept is not None:
         ops = kept.ops
     chain = OperatorChain(ops, StageExit(sinks, _route(stages, stage, subtask, plan)))
-    bases: dict[str, dict[int, RestoredKeyGroup]] = {}
-    timing = Timing()
-    with gc_paused():  # restore: many long-lived objects, no cyclic garbage (gcpause docstring)
-        for op in chain.ops:
-            restored = None
-            began = time.perf_counter()
-            if kept is not None:
-                assert metadata is not None
-                op.reopen(ctx, metadata.checkpoint_id)
-                if op.stateful and op.uid:
-                    snap = kept.snapshots.get(op.uid)
-                    load = partial(_stored_bases, store, metadata, op.uid, key_groups)
-                    bases[op.uid] = adopted_bases(
-                        metadata, op.uid, key_groups, snap.keyed if snap is not None else None, load
-                    )
-                timing.restore_s += time.perf_counter() - began
-                continue
-            if op.stateful and op.uid:
-                restored, base = read_operator_restore(
-                    store,
-                    metadata,
-                    op.uid,
-                    key_groups,
-                    int_rows=bool(getattr(op, "columnar_restore", False)),
-                    spill_native=job.state_memory_mb is not None and bool(getattr(op, "can_spill", False)),
-                )
-                bases[op.uid] = base
-            op.open(ctx, restored)
-            timing.restore_s += time.perf_counter() - began
-        taps, side = _stage_sinks(stage)
-        sinks.open(store, job.job_id, plan.checkpoint_id, taps, side)
+    try:
+        bases, timing = _open_operators(store, chain, ctx, metadata, key_groups, kept, job)
+        with gc_paused():
+            taps, side = _stage_sinks(stage)
+            sinks.open(store, job.job_id, plan.checkpoint_id, taps, side)
+    except BaseException:
+        with contextlib.suppress(Exception):  # the restore's own error is the one to report
+            chain.dispose()  # operators opened so far release what they hold (a spill directory)
+        raise
     responder = TaskCheckpointResponder(store, job.job_id, kill=kill)
     return SubtaskParts(
         plan,
@@ -411,6 +433,15 @@ class SubtaskRunner:
             warm.keep(self.warm_key, self._keep)
             self._keep = None
         else:
+            self.chain.dispose()
+        self.base_files.clear()
+        self.uploads.clear()
+
+    def abandon(self) -> None:
+        """The subtask failed: release its operators (a spill store's local directory with them)
+        instead of keeping them for local recovery; the next attempt restores from the store."""
+        self._keep = None
+        with contextlib.suppress(Exception):  # the failure itself is the one to report
             self.chain.dispose()
         self.base_files.clear()
         self.uploads.clear()

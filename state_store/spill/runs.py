@@ -8,6 +8,7 @@ A run holds the entries of some key groups, written once and never changed::
               value  <value type>   nullable  null = tombstone (the key was deleted)
     schema metadata  epochal.format = "epochal-spill-run", epochal.format_version = "1",
                      epochal.key_groups = JSON list of the key groups, batch i <-> key_groups[i]
+                     epochal.run = the logical run the file belongs to (optional)
 
 Invariants: a key appears at most once per key group in a run; a run file's name ends in the first
 32 hex digits of its BLAKE3 digest, and its full checksum is kept beside it by the store (the
@@ -49,14 +50,21 @@ class RunFile:
     checksum: str
 
 
-def schema(key_type: pa.DataType, value_type: pa.DataType, key_groups: list[int]) -> pa.Schema:
+def schema(
+    key_type: pa.DataType, value_type: pa.DataType, key_groups: list[int], run_id: int | None = None
+) -> pa.Schema:
+    """The schema of a run file. ``run_id``: the files of one logical run (one flush or merge split
+    into several files of contiguous key groups) share it; a file without it is a run of its own."""
+    meta = {
+        "epochal.format": FORMAT,
+        "epochal.format_version": str(FORMAT_VERSION),
+        "epochal.key_groups": json.dumps(key_groups),
+    }
+    if run_id is not None:
+        meta["epochal.run"] = str(run_id)
     return pa.schema(
         [pa.field("key", key_type, nullable=False), pa.field("value", value_type, nullable=True)],
-        metadata={
-            "epochal.format": FORMAT,
-            "epochal.format_version": str(FORMAT_VERSION),
-            "epochal.key_groups": json.dumps(key_groups),
-        },
+        metadata=meta,
     )
 
 
@@ -118,6 +126,7 @@ class RunReader:
                     f"format_version {version} is newer than this Epochal reads ({FORMAT_VERSION})"
                 )
             groups = json.loads(meta[b"epochal.key_groups"])
+            self.run_id = int(meta.get(b"epochal.run", seq))
         except (OSError, pa.ArrowInvalid, ValueError, KeyError) as exc:
             raise RunFileError(
                 f"spill run {path} is unreadable ({exc}); delete the local state directory and restore"

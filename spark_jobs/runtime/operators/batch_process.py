@@ -26,7 +26,7 @@ from spark_jobs.api.functions import BATCH_STATE, BatchProcessFunction
 from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_groups
 from spark_jobs.runtime.operators.base import OperatorContext, OperatorRestore, OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
-from spark_jobs.runtime.spill_state import SpillValueState
+from spark_jobs.runtime.spill_state import SpillValueState, check_savepoint_types, claim_directory
 from state_store.core.errors import BadInputError
 from state_store.core.state import ValueStateDescriptor
 from state_store.core.stream.timers import InternalTimer
@@ -112,9 +112,11 @@ class BatchProcessOperator(KeyedOperator):
 
     def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
         if ctx.state_memory_mb is not None:
+            what = f"batch process function {self.uid!r}"
+            check_savepoint_types(what, self.schema)
             self.spill = SpillValueState(
-                f"batch process function {self.uid!r}",
-                SpillValueState.directory_for(ctx.state_dir, ctx.job_id, self.uid or "op", ctx.subtask),
+                what,
+                claim_directory(ctx.state_dir, ctx.job_id, self.uid or "op", ctx.subtask),
                 ctx.key_groups,
                 ctx.max_parallelism,
                 ctx.state_memory_mb << 20,

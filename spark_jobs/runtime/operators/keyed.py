@@ -20,7 +20,10 @@ log = logging.getLogger(__name__)
 
 _TOLD: set[tuple[str, str]] = set()
 """(job, uid) of the operators whose in-memory state under ``state_memory_mb`` was logged already."""
-IN_MEMORY_NOTE = "state_memory_mb keeps the value state of batch process functions on disk; this operator's state is in memory"
+IN_MEMORY_NOTE = (
+    "state_memory_mb keeps the value state of batch process functions on disk; "
+    "this operator's state is in memory"
+)
 
 
 class KeyedOperator(Operator):
@@ -82,7 +85,9 @@ class KeyedOperator(Operator):
         )
 
     def dispose(self) -> None:
-        self.backend.dispose()
+        backend = getattr(self, "backend", None)  # None: disposed before it was opened (a failed open)
+        if backend is not None:
+            backend.dispose()
 
     def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
         super().reopen(ctx, checkpoint_id)
