@@ -303,8 +303,8 @@ def check_savepoint_types(what: str, schema: pa.Schema) -> None:
         if not _json_type(field.type):
             raise BadInputError(
                 f"{what}: state_schema field {field.name!r} has type {field.type}, which savepoints "
-                "cannot hold (state values are JSON: integers, floats, booleans, strings, lists and structs of them): "
-                "cast it, e.g. a decimal to float64 or a timestamp to int64 milliseconds"
+                "cannot hold (state values are JSON: integers, floats, booleans, strings, lists and "
+                "structs of them): cast it, e.g. a decimal to float64 or a timestamp to int64 milliseconds"
             )
 
 
