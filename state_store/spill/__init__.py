@@ -27,8 +27,9 @@ alternative behind the same interface.
 
 Modules: ``runs`` (the run file format), ``store`` (:class:`SpillStore`: buffer, runs, compaction,
 batched get/put/delete, key-group iteration, snapshot), ``snapshots`` (:class:`SpillSnapshot`:
-the file list and the diff to a base), ``restore`` (adopt, fetch, verify). Nothing here is wired
-into the runtime yet.
+the file list and the diff to a base), ``restore`` (adopt, fetch, verify). The runtime's side --
+``Job(state_memory_mb=...)``, uploads, restores, the canonical form -- is
+``spark_jobs.runtime.spill_state``.
 """
 
 from state_store.spill.restore import Fetch, RestoreStats, restore
