@@ -292,11 +292,16 @@ class SpillStore:
         for kg, idx in _groups(kgs[order], order):
             want = keys.take(pa.array(idx))
             todo = np.ones(len(idx), dtype=bool)
-            sources = [buf_parts.get(kg)] + [r.batch(kg) for r, _ in reversed(self._runs)]
-            self._held(copied + sum(b.nbytes for b in sources[1:] if b is not None))
-            for batch in sources:
-                if batch is None or not todo.any():
+            held = copied
+            for source in [None, *reversed(self._runs)]:  # the buffer, then the runs newest first
+                if not todo.any():
+                    break  # read no older run once every key is found
+                batch = buf_parts.get(kg) if source is None else source[0].batch(kg)
+                if batch is None:
                     continue
+                if source is not None:
+                    held += batch.nbytes
+                    self._held(held)
                 hit = pc.index_in(want, value_set=batch.column("key")).to_numpy(zero_copy_only=False)
                 new = todo & ~np.isnan(hit.astype(np.float64))
                 if new.any():
