@@ -182,9 +182,22 @@ def _peak_memory(tasks: list[Any]) -> str:
 
 
 def _note(tasks: list[Any]) -> str:
-    """What an operator's acks flag: the heap backend (the slow path) and why."""
+    """What an operator's acks flag: the heap backend (the slow path) and why; state kept on local
+    disk (``state_memory_mb``: its size over the subtasks, the largest store peak) or in memory
+    although ``state_memory_mb`` is set."""
+    notes = []
     reasons = sorted({str(t.metrics["heap_fallback"]) for t in tasks if t.metrics.get("heap_fallback")})
-    return f"heap backend (slow path): {reasons[0]}" if reasons else ""
+    if reasons:
+        notes.append(f"heap backend (slow path): {reasons[0]}")
+    disk = [int(t.metrics["state_on_disk_bytes"]) for t in tasks if "state_on_disk_bytes" in t.metrics]
+    if disk:
+        peak = max(int(t.metrics.get("state_memory_peak_bytes", 0)) for t in tasks)
+        notes.append(
+            f"state on local disk {render.fmt_bytes(sum(disk))}, store peak {render.fmt_bytes(peak)}"
+        )
+    if any(t.metrics.get("state_in_memory") for t in tasks):
+        notes.append("state in memory (state_memory_mb covers batch process functions)")
+    return "; ".join(notes)
 
 
 def _sources(meta: CompletedMetadata) -> str:

@@ -503,6 +503,11 @@ def detail_page(
             )
         peaks = [int(s.metrics["peak_rss_bytes"]) for s in op.subtasks if s.metrics.get("peak_rss_bytes")]
         peak = f", peak memory {esc(fmt_bytes(max(peaks)))} (largest subtask)" if peaks else ""
+        disk = [
+            int(s.metrics["state_on_disk_bytes"]) for s in op.subtasks if "state_on_disk_bytes" in s.metrics
+        ]
+        if disk:
+            peak += f", {esc(fmt_bytes(sum(disk)))} of state on local disk"
         ops.append(
             f'<h3 class="operator">{esc(op.uid)}</h3><p class="muted">{op.acked}/{len(op.subtasks)} '
             f"acknowledged, {esc(fmt_bytes(op.state_size))} checkpointed, "
