@@ -295,6 +295,8 @@ def compare_state(peer: pd.DataFrame, reference: pd.DataFrame) -> dict[str, Any]
 def _spark(driver_memory: str) -> Any:
     from spark_jobs.runtime.spark_session import get_spark
 
+    # pandas' FutureWarning from PySpark's own serializer, once per Python worker batch: noise only
+    os.environ.setdefault("PYTHONWARNINGS", "ignore::FutureWarning")
     spark = get_spark(
         "local[2]",
         "epochal-bench-spill-peer",

@@ -56,7 +56,7 @@ def key_groups(keys: pa.Array, max_parallelism: int) -> NDArray[np.int32]:
         return np.zeros(0, dtype=np.int32)
     uniques, indices = distinct_keys(keys)
     cache = shared_key_group_cache(max_parallelism) if CACHE_KEY_GROUPS else {}
-    if len(cache) > _KG_CACHE_LIMIT:
+    if len(cache) > _cache_limit:
         cache.clear()
     per_unique = np.fromiter(map(cache.get, uniques, repeat(-1)), dtype=np.int32, count=len(uniques))
     missing = np.flatnonzero(per_unique < 0)
@@ -64,7 +64,8 @@ def key_groups(keys: pa.Array, max_parallelism: int) -> NDArray[np.int32]:
         new_keys = [uniques[i] for i in missing.tolist()]
         groups = key_groups_of_many(new_keys, max_parallelism)
         per_unique[missing] = groups
-        cache.update(zip(new_keys, groups, strict=True))
+        if len(cache) + len(new_keys) <= _cache_limit:
+            cache.update(zip(new_keys, groups, strict=True))
     return per_unique[indices]
 
 
@@ -75,6 +76,21 @@ _KG_CACHE_LIMIT = 4_000_000
 (``shared_key_group_cache``): a warm process (in-process executor, reused Spark Python worker)
 hashes each distinct key once, for routing and for state alike. Only hashable keys of Arrow
 columns end up there (scalars and tuples of scalars), whose hash never changes."""
+_CACHE_ENTRY_BYTES = 128
+"""About what one cached string key costs (the str, the int, the dict slot)."""
+_cache_limit = _KG_CACHE_LIMIT
+
+
+def limit_key_group_cache(state_memory_mb: int | None) -> None:
+    """Size the process-wide key-group cache for the job that runs: a job with ``state_memory_mb``
+    keeps it to a tenth of that budget (state larger than memory must not come back as a cache of
+    every key: 10M string keys are over a gigabyte); without, ``_KG_CACHE_LIMIT`` entries."""
+    global _cache_limit
+    _cache_limit = (
+        _KG_CACHE_LIMIT
+        if state_memory_mb is None
+        else min(_KG_CACHE_LIMIT, (state_memory_mb << 20) // 10 // _CACHE_ENTRY_BYTES)
+    )
 
 
 def subtasks_of_key_groups(

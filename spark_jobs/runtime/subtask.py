@@ -33,8 +33,8 @@ from typing import Any
 
 from spark_jobs.api.graph import Stage
 from spark_jobs.api.specs import SideOutput, SinkSpec
+from spark_jobs.runtime import keys, warm
 from spark_jobs.runtime import plan as topo
-from spark_jobs.runtime import warm
 from spark_jobs.runtime.acks import NOT_READY, AckSite, SinkAck, StateAck, Timing
 from spark_jobs.runtime.chain import OperatorChain, Route, StageExit
 from spark_jobs.runtime.channel_state import ChannelStateRef
@@ -214,6 +214,7 @@ def open_subtask(plan: EpochPlan, stage_index: int, subtask: int) -> SubtaskPart
         job.state_dir,
     )
     metadata = restore_metadata(store, plan)
+    keys.limit_key_group_cache(job.state_memory_mb)
     sinks = SubtaskSinks(subtask, plan.attempt, plan.generation)
     ops = build_chain_operators(stage)
     decision = None

@@ -33,6 +33,7 @@ from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import CompletedCheckpointStore, JobLayout, checkpoint_history, killpoints
 from state_store.core.errors import BadInputError
+from state_store.core.state.backend import shared_key_group_cache
 from state_store.monitoring.html import detail_page
 from state_store.monitoring.reader import CheckpointStats
 from state_store.storage import open_store
@@ -177,6 +178,8 @@ def test_state_on_disk_equals_state_in_memory_across_rescales(
     assert disk[0] > BUDGET_MB << 20, disk  # every subtask's state exceeds its budget, at 8 subtasks too
     assert on_disk > 8 * (BUDGET_MB << 20), on_disk
     assert not list((tmp_path / "state").rglob("*.arrow")), "a subtask left its spill directory behind"
+    # the process-wide key -> key group cache is held to a tenth of the budget, not every key
+    assert 0 < len(shared_key_group_cache(MAXP)) <= (BUDGET_MB << 20) // 10 // 128
 
 
 @pytest.fixture(scope="module")
