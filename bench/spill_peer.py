@@ -47,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -361,7 +362,10 @@ def run(
     driver_memory: str,
     epochal: bool,
     budget_mb: int,
+    save: Callable[[dict[str, Any]], None] = lambda _: None,
 ) -> dict[str, Any]:
+    """Every variant, then (``epochal``) ``spill_job``; ``save`` gets the results so far after
+    each one (a long run leaves its finished parts behind)."""
     began = time.perf_counter()
     inputs = write_inputs(keys, epochs, root / "in")
     input_s = time.perf_counter() - began
@@ -369,8 +373,16 @@ def run(
     reference = inputs.pop("reference")
     warm = write_inputs(2_000, 2, root / "warm-in")
     spark = _spark(driver_memory)
-    settings = peer_settings(spark)
     results: dict[str, Any] = {}
+    out: dict[str, Any] = {
+        "keys": keys,
+        "epochs": epochs,
+        "events_per_epoch": inputs["events"],
+        "input_s": input_s,
+        "reference_rows": len(reference),
+        "settings": peer_settings(spark),
+        "peers": results,
+    }
     for query, provider in variants:
         run_peer(spark, root / "warm-in", root / "warm", query, provider)
         _log(f"{query}/{provider}: warm")
@@ -402,17 +414,9 @@ def run(
             f"state rows {r['state_rows']:,}, equal to reference: {check['equal']}"
         )
         shutil.rmtree(root / "work", ignore_errors=True)
+        save(out)
     del warm
     spark.stop()
-    out: dict[str, Any] = {
-        "keys": keys,
-        "epochs": epochs,
-        "events_per_epoch": inputs["events"],
-        "input_s": input_s,
-        "reference_rows": len(reference),
-        "settings": settings,
-        "peers": results,
-    }
     if epochal:
         from bench import spill_job
 
@@ -420,6 +424,7 @@ def run(
         with tempfile.TemporaryDirectory(prefix="epochal-spill-peer-run-") as tmp:
             out["epochal"] = spill_job.run(keys, budget_mb, epochs, Path(tmp))
         out["epochal"]["budget_mb"] = budget_mb
+        save(out)
     return out
 
 
@@ -498,16 +503,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="spill_peer")
     args = parser.parse_args(argv)
-    variants = [tuple(v.split("/", 1)) for v in args.variants.split(",") if v]
+    variants = [(q, p) for q, _, p in (v.partition("/") for v in args.variants.split(",") if v)]
+    command = " ".join(sys.argv[1:] if argv is None else argv)
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    def save(result: dict[str, Any]) -> None:
+        (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2, default=str))
+        (args.out / f"{args.name}.md").write_text(report(result, command))
+
     with tempfile.TemporaryDirectory(prefix="epochal-spill-peer-") as tmp:
         result = run(
-            args.keys, args.epochs, Path(tmp), variants, args.driver_memory, args.epochal, args.budget_mb
-        )  # type: ignore[arg-type]
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2, default=str))
-    text = report(result, " ".join(sys.argv[1:] if argv is None else argv))
-    (args.out / f"{args.name}.md").write_text(text)
-    print(text)
+            args.keys,
+            args.epochs,
+            Path(tmp),
+            variants,
+            args.driver_memory,
+            args.epochal,
+            args.budget_mb,
+            save,
+        )
+    print(report(result, command))
     return 0
 
 

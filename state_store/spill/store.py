@@ -1,23 +1,26 @@
 """One subtask's keyed value state on local disk under a memory budget: a write buffer and sorted runs.
 
 Writes go to an in-memory write buffer (Arrow batches of key group, key, value; a delete is a null
-value, a tombstone). When the buffer reaches an eighth of the memory budget it is sorted by (key
-group, key), deduplicated (the last write of a key wins) and written as a new run file
-(``runs``). Reads look at the buffer, then at the runs newest first, one key group at a time.
-Too many runs trigger a size-tiered compaction that merges runs key group by key group.
+value, a tombstone). When the buffer reaches ``budget / BUFFER_FRACTION`` it is sorted by (key
+group, key), deduplicated (the last write of a key wins) and written as a new run (``runs``): one
+logical run, split into files of contiguous key groups of about the budget each (``FILE_FRACTION``).
+Reads look at the buffer, then at the runs newest first, one key group at a time, and stop at the
+first run that leaves no key unfound. Too many logical runs trigger a size-tiered compaction that
+merges the newest runs of similar size, key group by key group.
 
-    put/delete --> write buffer --(budget/8 reached, or snapshot)--> run file (immutable)
-                                                                      |
-                     runs > max_runs: merge the small runs (or all) --+--> one run, old files
-                                                                            deleted after the
-                                                                            next snapshot
+    put/delete --> write buffer --(budget/16 reached, or snapshot)--> run (immutable files)
+                                                                       |
+              logical runs > max_runs: merge the newest similar-sized --+--> one run, old files
+              runs (all of them when that reaches the oldest)                deleted after the
+                                                                             next snapshot
 
 Invariants:
 
-* Memory: the store holds at most the write buffer (budget/8 plus the last batch put), its sorted
-  copies while flushing,
-  and the batches of ONE key group of the runs being read or merged. The budget must therefore
-  exceed a few times the largest key group of a run (a key group is 1/max_parallelism of the state).
+* Memory: the store holds at most the write buffer (budget/16; a larger put is buffered in copied
+  pieces of that size), its sorted copy while flushing or reading, and the batches of ONE key
+  group of the runs being read or merged (``peak_memory_bytes`` accounts for these). The budget
+  must therefore exceed a few times the largest key group of a run (a key group is
+  1/max_parallelism of the state).
 * Newest wins: for every (key group, key) the value is the one of the latest put/delete; the list
   of runs is ordered oldest first and a later run (or the buffer) shadows an earlier one.
 * Only key groups of the store's range are read, written or listed; a run adopted from a subtask
@@ -140,7 +143,7 @@ class SpillStore:
         if whole.nbytes * BUFFER_FRACTION < self.budget:
             self._buffered(whole)
             return
-        # A large write is buffered in pieces of at most budget/8, each copied (a slice would keep
+        # A large write is buffered in pieces of at most budget/16, each copied (a slice would keep
         # the caller's whole arrays alive) and flushed in turn: the buffer never holds more.
         rows = max(1, int(n * self.budget / BUFFER_FRACTION / max(whole.nbytes, 1)) // 2)
         for lo in range(0, n, rows):
