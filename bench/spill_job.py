@@ -26,6 +26,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from bench.local_recovery import _latest
 from spark_jobs.api.functions import BatchProcessFunction
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
@@ -34,7 +35,6 @@ from spark_jobs.runtime import warm
 from spark_jobs.runtime.cycle import run_cycle
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
-from state_store.core import CompletedCheckpointStore, JobLayout
 from state_store.storage import open_store
 from state_store.testing import ManualClock
 
@@ -84,13 +84,6 @@ def job_of(mode: str, keys: int, budget_mb: int, state_dir: Path) -> Job:
         ParquetSink(), uid="out"
     )
     return job
-
-
-def _latest(uri: str, job_id: str) -> Any:
-    completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout(job_id), 1)
-    latest = completed.latest()
-    assert latest is not None
-    return latest.metadata
 
 
 def _epoch(job: Job, uri: str, clock: ManualClock) -> dict[str, Any]:
