@@ -149,6 +149,10 @@ def run(keys: int, budget_mb: int, epochs: int, root: Path, modes: tuple[str, ..
     }
 
 
+def _ratio(value: float, base: float) -> str:
+    return "-" if base != base else f"{value / base:.2f}x"  # nan: no in-memory run
+
+
 def report(r: dict[str, Any], args: argparse.Namespace) -> str:
     when = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
     med = r["median"]
@@ -172,7 +176,7 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:
     for mode in med:
         m = med[mode]
         lines.append(
-            f"| {mode} | {m['wall_s']:.2f} s | {m['wall_s'] / base:.2f}x | {m['checkpoint_s']:.3f} s "
+            f"| {mode} | {m['wall_s']:.2f} s | {_ratio(m['wall_s'], base)} | {m['checkpoint_s']:.3f} s "
             f"({100 * m['checkpoint_s'] / m['wall_s']:.1f}%) | {m['restore_s']:.3f} s | "
             f"{m['bytes_written'] / 1e6:.2f} MB | {m['disk_bytes'] / 1e6:.1f} MB | "
             f"{r['store_peak_bytes'][mode] / 1e6:.2f} MB | {r['peak_rss_bytes'][mode] / 1e6:.0f} MB | "
