@@ -436,11 +436,10 @@ class SpillValueState:
         if self.store is None or not len(keys):
             return pa.table({f.name: pa.nulls(len(keys), f.type) for f in self.schema}, schema=self.schema)
         values = self.store.get(self._groups(keys), keys)
-        return (
-            pa.Table.from_batches([pa.RecordBatch.from_struct_array(values)], schema=self.schema)
-            if len(self.schema)
-            else pa.table({}, schema=self.schema).slice(0, 0)
-        )
+        if not len(self.schema):
+            return pa.table({}, schema=self.schema).slice(0, 0)
+        # flatten: a key without state is a null struct, and its fields must read as nulls too
+        return pa.Table.from_arrays(values.flatten(), schema=self.schema)
 
     def put(self, keys: pa.Array, values: pa.Table) -> None:
         """``values`` (the schema's columns, cast to its types) for ``keys``; a key's last row wins."""
