@@ -86,9 +86,9 @@ class WideTotals(BatchProcessFunction):
 
 
 def with_amount_and_trail(batch: pa.RecordBatch) -> pa.RecordBatch:
-    """``amount`` (a float) and ``trail``: the page repeated to about 600 bytes (wide state)."""
+    """``amount`` (a float) and ``trail``: the page repeated to about 1 KB (wide state)."""
     amount = pc.multiply(pc.cast(batch.column("value"), pa.float64()), 0.1)
-    trail = pc.binary_repeat(pc.binary_join_element_wise(batch.column("page"), "|", ""), 100)
+    trail = pc.binary_repeat(pc.binary_join_element_wise(batch.column("page"), "|", ""), 180)
     return batch.append_column("amount", amount).append_column("trail", trail)
 
 
@@ -103,8 +103,8 @@ def job_of(parallelism: int, spill: bool, state_dir: Path, cap: int = 1_000_000)
         state_dir=str(state_dir),
     )
     source = GeneratorSource(
-        uid="clicks", partitions=2, seed=5, events_per_second=[600, 400], out_of_orderness_ms=[1_500, 500],
-        keys=20_000, start_ms=DEFAULT_START_MS,
+        uid="clicks", partitions=2, seed=5, events_per_second=[360, 240], out_of_orderness_ms=[1_500, 500],
+        keys=12_000, start_ms=DEFAULT_START_MS,
     )  # fmt: skip
     (
         job.source(source, uid="clicks", out_of_orderness_ms=1_500)
@@ -175,7 +175,7 @@ def test_state_on_disk_equals_state_in_memory_across_rescales(
     spilled = run((tmp_path / "store").as_uri(), True, tmp_path / "state")
     assert spilled == in_memory
     assert any("True" in r for r in spilled[0]) and any("False" in r for r in spilled[0])
-    assert len(spilled[1]["totals"]) > 10_000  # the state really holds many keys
+    assert len(spilled[1]["totals"]) > 5_000  # the state really holds many keys
     entries = spill_entries((tmp_path / "store").as_uri())
     assert len(entries) == SCALES[-1]  # every subtask's state is on disk, none in state files
     on_disk = sum(run["file"]["size"] for e in entries for run in e["runs"])
@@ -188,16 +188,18 @@ def test_state_on_disk_equals_state_in_memory_across_rescales(
 
 
 @pytest.fixture(scope="module")
-def in_memory_5(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, Any]]:
-    tmp = tmp_path_factory.mktemp("heap5")
-    return run((tmp / "store").as_uri(), False, tmp / "state", epochs=5)
+def in_memory_4(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[str], dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("heap4")
+    return run((tmp / "store").as_uri(), False, tmp / "state", epochs=4)
 
 
 @pytest.mark.parametrize("point", killpoints.ALL)
 def test_a_crash_at_every_kill_point_recovers_exactly_with_state_on_disk(
-    tmp_path: Path, point: str, in_memory_5: tuple[list[str], dict[str, Any]]
+    tmp_path: Path, point: str, in_memory_4: tuple[list[str], dict[str, Any]]
 ) -> None:
-    assert run((tmp_path / "store").as_uri(), True, tmp_path / "state", epochs=5, kill=point) == in_memory_5
+    """Epochs at parallelism 4, 4, 2, 2: the crash comes in the first epoch from the second on
+    that reaches the point, the rescale after it."""
+    assert run((tmp_path / "store").as_uri(), True, tmp_path / "state", epochs=4, kill=point) == in_memory_4
 
 
 def test_checkpoints_written_by_either_backend_restore_on_the_other(
@@ -231,7 +233,7 @@ def test_a_savepoint_written_by_either_backend_restores_on_the_other(tmp_path: P
         for loc in locations.values()
     ]
     frames = [f.sort_values(["key_group", "key"]).reset_index(drop=True) for f in frames]
-    assert len(frames[0]) > 10_000
+    assert len(frames[0]) > 5_000
     pd.testing.assert_frame_equal(frames[0], frames[1])
 
     results = {}
@@ -266,7 +268,7 @@ def test_a_checkpoint_ships_only_the_run_files_written_since_its_base(
     its memory stays under the budget, and the ack says so."""
     uri = (tmp_path / "store").as_uri()
     clock = ManualClock(DEFAULT_START_MS)
-    shipped, sizes = [], []
+    shipped, sizes, written = [], [], []
     known: set[str] = set()
     for epoch in range(6):
         clock.advance(STEP)
@@ -275,6 +277,7 @@ def test_a_checkpoint_ships_only_the_run_files_written_since_its_base(
         entries = spill_entries(uri)
         files = {r["file"]["key"]: r["file"]["size"] for e in entries for r in e["runs"]}
         shipped.append(sum(size for key, size in files.items() if key not in known))
+        written.append(sum(int(t.metrics["bytes_written"]) for t in latest_tasks(uri)))
         sizes.append(sum(files.values()))
         known |= set(files)
         for task in latest_tasks(uri):
@@ -290,9 +293,12 @@ def test_a_checkpoint_ships_only_the_run_files_written_since_its_base(
     )
     page = detail_page(CheckpointStats(open_store(uri)).detail("wide", latest_id))
     assert "of state on local disk" in page and "state on disk bytes" in page
-    # The first small epoch may ship a size-tiered merge of the loading epochs' runs (measured: half
-    # the state once); after it, each checkpoint ships its few new runs (measured: 1.6-4.9%).
-    assert all(s < 0.1 * total for s, total in zip(shipped[3:], sizes[3:])), (shipped, sizes)
+    # Each small epoch ships its new runs and, now and then, a size-tiered merge of runs of similar
+    # size (measured: 2-17% of the state per checkpoint, 10% on average); a full checkpoint would be
+    # 100% every time. The acks count exactly the files their checkpoint added.
+    assert all(s < 0.25 * total for s, total in zip(shipped[2:], sizes[2:])), (shipped, sizes)
+    assert sum(shipped[2:]) < 0.15 * sum(sizes[2:]), (shipped, sizes)
+    assert written[2:] == shipped[2:], (written, shipped)
 
 
 def test_bad_budgets_and_keys_the_disk_cannot_hold_are_refused(tmp_path: Path) -> None:
