@@ -176,10 +176,9 @@ def _state_bytes_by_version(checkpoint: Path) -> dict[int, int]:
     return sizes
 
 
-def run_peer(spec: EventSpec, spark: Any, input_dir: Path, work: Path, provider: str) -> dict[str, Any]:
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import LongType, StructField, StructType
-
+def use_state_store(spark: Any, provider: str) -> None:
+    """Point the session's streaming state at ``provider`` (``PROVIDERS``; RocksDB with changelog
+    checkpointing)."""
     if provider not in PROVIDERS:
         raise ValueError(f"peer state store {provider!r} is unknown: use one of {sorted(PROVIDERS)}")
     spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
@@ -187,6 +186,13 @@ def run_peer(spec: EventSpec, spark: Any, input_dir: Path, work: Path, provider:
         "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
         "true" if provider == "rocksdb" else "false",
     )
+
+
+def run_peer(spec: EventSpec, spark: Any, input_dir: Path, work: Path, provider: str) -> dict[str, Any]:
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import LongType, StructField, StructType
+
+    use_state_store(spark, provider)
     schema = StructType([StructField(n, LongType()) for n in ("user_id", "event_time", "value")])
     out_dir, checkpoint = work / f"peer-{provider}-out", work / f"peer-{provider}-chk"
     events = (

@@ -55,7 +55,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from bench.engines import PROVIDERS, _state_bytes_by_version
+from bench.engines import PROVIDERS, _state_bytes_by_version, use_state_store
 from bench.spill_job import RATE, job_of
 from spark_jobs.runtime.plan import epoch_end
 from spark_jobs.sources.generator import DEFAULT_START_MS
@@ -200,13 +200,7 @@ def run_peer(spark: Any, input_dir: Path, work: Path, query: str, provider: str)
     """One AvailableNow run over every file of ``input_dir``, one file per micro-batch."""
     from pyspark.sql.types import LongType, StringType, StructField, StructType, TimestampType
 
-    if provider not in PROVIDERS:
-        raise ValueError(f"peer state store {provider!r} is unknown: use one of {sorted(PROVIDERS)}")
-    spark.conf.set("spark.sql.streaming.stateStore.providerClass", PROVIDERS[provider])
-    spark.conf.set(
-        "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled",
-        "true" if provider == "rocksdb" else "false",
-    )
+    use_state_store(spark, provider)
     schema = StructType(
         [
             StructField("user_id", StringType()),
