@@ -72,6 +72,7 @@ from state_store.spill import (
     restore,
 )
 from state_store.spill.restore import RestoreStats
+from state_store.spill.runs import file_checksum
 
 log = logging.getLogger(__name__)
 
@@ -206,14 +207,6 @@ def _fetcher(store: ObjectStore, handles: Mapping[str, StateHandle]) -> Fetch:
                 f"spill run file {key} cannot be read ({exc}); "
                 "restore from an earlier checkpoint or a savepoint"
             ) from exc
-        actual = checksums.mismatch(handle.checksum, data) if len(data) == handle.size else None
-        if len(data) != handle.size or actual is not None:
-            found = f"{len(data)} bytes" if actual is None else f"{len(data)} bytes and checksum {actual}"
-            raise DamagedRunFileError(
-                f"spill run file {key} has {found}, the checkpoint says {handle.size} bytes and "
-                f"{handle.checksum}: its bytes changed after it was written; restore from an earlier "
-                "checkpoint or a savepoint"
-            )
         with open(path, "wb") as f:
             f.write(data)
             f.flush()
@@ -229,13 +222,27 @@ def restored_store(
     budget_bytes: int,
 ) -> tuple[SpillStore, RestoreStats]:
     """A store over ``directory`` with the state of ``sources`` for ``key_group_range`` (fetched,
-    verified; a damaged file is refused with its name: ``DamagedRunFileError``)."""
-    return restore(
-        directory,
-        [(s.snapshot, s.fetch) for s in sources],
-        key_group_range,
-        memory_budget_bytes=budget_bytes,
-    )
+    verified by ``state_store.spill.restore``; a damaged file is refused naming its store key:
+    ``DamagedRunFileError``)."""
+    try:
+        return restore(
+            directory,
+            [(s.snapshot, s.fetch) for s in sources],
+            key_group_range,
+            memory_budget_bytes=budget_bytes,
+        )
+    except DamagedRunFileError as exc:
+        name = exc.name
+        handle = next((s.handles[name] for s in sources if name is not None and name in s.handles), None)
+        if handle is None:
+            raise
+        raise DamagedRunFileError(
+            f"spill run file {handle.key} has {exc.found}, the checkpoint says {handle.size} bytes and "
+            f"{handle.checksum}: its bytes changed after it was written; restore from an earlier "
+            "checkpoint or a savepoint",
+            exc.name,
+            exc.found,
+        ) from exc
 
 
 # ---------------------------------------------------------------------------- canonical rows
@@ -441,8 +448,9 @@ class SpillValueState:
         # flatten: a key without state is a null struct, and its fields must read as nulls too
         return pa.Table.from_arrays(values.flatten(), schema=self.schema)
 
-    def put(self, keys: pa.Array, values: pa.Table) -> None:
-        """``values`` (the schema's columns, cast to its types) for ``keys``; a key's last row wins."""
+    def put(self, keys: pa.Array, values: pa.Table, groups: np.ndarray | None = None) -> None:
+        """``values`` (the schema's columns, cast to its types) for ``keys``; a key's last row wins.
+        ``groups``: the keys' key groups when the caller has them already."""
         keys = self._keys(keys)
         if not len(keys):
             return
@@ -452,12 +460,12 @@ class SpillValueState:
             if columns
             else pa.array([{}] * len(keys), self.value_type)
         )
-        self._open(keys.type).put(self._groups(keys), keys, struct)
+        self._open(keys.type).put(self._groups(keys) if groups is None else groups, keys, struct)
 
-    def delete(self, keys: pa.Array) -> None:
+    def delete(self, keys: pa.Array, groups: np.ndarray | None = None) -> None:
         keys = self._keys(keys)
         if self.store is not None and len(keys):
-            self.store.delete(self._groups(keys), keys)
+            self.store.delete(self._groups(keys) if groups is None else groups, keys)
 
     # -- checkpoints -----------------------------------------------------------------------------
     def snapshot(self) -> SpillPart | None:
@@ -512,8 +520,6 @@ class SpillValueState:
         """The first local run file whose size or checksum no longer matches (None: all intact)."""
         if self.store is None:
             return None
-        from state_store.spill.runs import file_checksum
-
         for file in self.store.snapshot_files():
             path = self.directory / file.name
             if not path.exists():

@@ -123,6 +123,8 @@ def _fetch_verified(fetch: Fetch, file: RunFile, path: Path) -> None:
         tmp.unlink()
         raise DamagedRunFileError(
             f"spill run file {file.name} is damaged: {size} bytes with {checksum}, the snapshot says"
-            f" {file.size} bytes with {file.checksum}; restore from an earlier checkpoint or a savepoint"
+            f" {file.size} bytes with {file.checksum}; restore from an earlier checkpoint or a savepoint",
+            file.name,
+            f"{size} bytes and checksum {checksum}",
         )
     tmp.replace(path)

@@ -20,7 +20,13 @@ from state_store.spill.runs import RunFile
 
 
 class DamagedRunFileError(EpochalError):
-    """A run file whose bytes do not match the checksum its snapshot lists."""
+    """A run file whose bytes do not match the checksum its snapshot lists; ``name`` is the run
+    file's name and ``found`` what its bytes were (size and checksum), when a fetch was verified."""
+
+    def __init__(self, message: str, name: str | None = None, found: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.found = found
 
 
 @dataclass(frozen=True, slots=True)

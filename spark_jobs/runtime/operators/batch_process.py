@@ -26,7 +26,7 @@ from spark_jobs.api.functions import BATCH_STATE, BatchProcessFunction
 from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_groups
 from spark_jobs.runtime.operators.base import OperatorContext, OperatorRestore, OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
-from spark_jobs.runtime.spill_state import SpillValueState, check_savepoint_types, claim_directory
+from spark_jobs.runtime.spill_state import SpillPart, SpillValueState, check_savepoint_types, claim_directory
 from state_store.core.errors import BadInputError
 from state_store.core.state import ValueStateDescriptor
 from state_store.core.stream.timers import InternalTimer
@@ -109,6 +109,8 @@ class BatchProcessOperator(KeyedOperator):
         self.descriptor = ValueStateDescriptor[list[Any]](BATCH_STATE)
         self._fired: list[tuple[Any, int]] = []
         self.spill: SpillValueState | None = None
+        self._spill_part: SpillPart | None = None
+        """The spill store's last snapshot: the base of the next one if local recovery adopts it."""
 
     def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
         if ctx.state_memory_mb is not None:
@@ -145,7 +147,7 @@ class BatchProcessOperator(KeyedOperator):
     def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
         super().reopen(ctx, checkpoint_id)
         if self.spill is not None:
-            self.spill.snapshot_taken(getattr(self, "_spill_part", None))
+            self.spill.snapshot_taken(self._spill_part)
 
     def local_damage(self) -> str | None:
         return None if self.spill is None else self.spill.damaged_file()
@@ -178,9 +180,10 @@ class BatchProcessOperator(KeyedOperator):
         self._apply(ctx)
         self._emit(out, latest)
 
-    def _check_key_groups(self, keys: list[Any] | pa.Array) -> None:
+    def _check_key_groups(self, keys: list[Any] | pa.Array) -> np.ndarray:
+        """The key group of every key; a key outside the subtask's range raises KeyOutOfRangeError."""
         if not len(keys):
-            return
+            return np.zeros(0, dtype=np.int32)
         groups = key_groups(
             keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
         )
@@ -192,6 +195,7 @@ class BatchProcessOperator(KeyedOperator):
             self.backend.set_current_key(
                 bad.as_py() if isinstance(bad, pa.Scalar) else bad
             )  # raises KeyOutOfRangeError
+        return groups
 
     def _state_table(self, keys: list[Any]) -> pa.Table:
         """One row per key: ``key`` and the state fields (null where a key has no state)."""
@@ -216,11 +220,9 @@ class BatchProcessOperator(KeyedOperator):
         assert self.spill is not None
         for table in ctx.updates:
             keys = table.column(KEY).combine_chunks()
-            self._check_key_groups(keys)
-            self.spill.put(keys, table)  # the store keeps a key's last row
+            self.spill.put(keys, table, self._check_key_groups(keys))  # the store keeps a key's last row
         for keys in ctx.clears:
-            self._check_key_groups(keys)
-            self.spill.delete(keys)
+            self.spill.delete(keys, self._check_key_groups(keys))
 
     def _apply_heap(self, ctx: _BatchContext) -> None:
         bulk = self.backend.bulk(self.descriptor)
