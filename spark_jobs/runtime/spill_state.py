@@ -46,13 +46,14 @@ import shutil
 import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
+from spark_jobs.api.functions import BATCH_STATE
 from spark_jobs.runtime.keys import key_groups as key_groups_of
 from state_store.core import checksums
 from state_store.core.errors import BadInputError
@@ -62,6 +63,7 @@ from state_store.core.manifests import StateHandle
 from state_store.core.ports import ObjectStore
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot, StateRow
+from state_store.formats.key_rows import decode_key_rows, merged_states
 from state_store.spill import (
     DamagedRunFileError,
     Fetch,
@@ -78,6 +80,10 @@ log = logging.getLogger(__name__)
 
 SPILL = "spill"
 """The key of a spill store's part in an ack's snapshot."""
+VALUE_FORM = "value"
+"""A store's value is a struct of a batch process function's ``state_schema`` (state ``BATCH_STATE``)."""
+ROWS_FORM = "rows"
+"""A store's value is the text of all the keyed state of its key (``state_store.formats.key_rows``)."""
 
 
 @dataclass(frozen=True)
@@ -89,6 +95,9 @@ class SpillPart:
     directory: Path
     base: frozenset[str]
     max_parallelism: int
+    form: str = VALUE_FORM
+    kinds: Mapping[str, str] = field(default_factory=dict)
+    """``ROWS_FORM``: the kind of every state name its keys hold (``StateKind`` values)."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +109,8 @@ class SpillSource:
     max_parallelism: int
     fetch: Fetch
     """Writes a run file's bytes, read from the store, at a local path (unverified)."""
+    form: str = VALUE_FORM
+    kinds: Mapping[str, str] = field(default_factory=dict)
 
 
 # ---------------------------------------------------------------------------------- ack JSON
@@ -153,6 +164,9 @@ def write_spill(store: ObjectStore, layout: JobLayout, uid: str, part: SpillPart
         "types": _types_text(snap.key_type, snap.value_type),
         "runs": runs,
     }
+    if part.form != VALUE_FORM:
+        out.json["form"] = part.form
+        out.json["kinds"] = dict(sorted(part.kinds.items()))
     out.handles = list({h.key: h for h in out.handles}.values())
     return out
 
@@ -192,7 +206,16 @@ def spill_sources(
             )
             handles[run["name"]] = handle
         snap = SpillSnapshot(rng, key_type, value_type, tuple(runs))
-        out.append(SpillSource(snap, handles, int(value["max_parallelism"]), _fetcher(store, handles)))
+        out.append(
+            SpillSource(
+                snap,
+                handles,
+                int(value["max_parallelism"]),
+                _fetcher(store, handles),
+                str(value.get("form", VALUE_FORM)),
+                dict(value.get("kinds", {})),
+            )
+        )
     return out
 
 
@@ -267,18 +290,39 @@ def canonical_parts(
         with tempfile.TemporaryDirectory(prefix="epochal-spill-read-") as tmp:
             spill, _ = restored_store([source], Path(tmp) / "s", rng, CANONICAL_BUDGET)
             try:
-                groups = {kg: {state_name: tuple(_rows(batch))} for kg, batch in spill.items()}
+                if source.form == ROWS_FORM:
+                    groups, kinds = _decoded(spill.items(), source.kinds)
+                else:
+                    groups = {kg: {state_name: tuple(_rows(batch))} for kg, batch in spill.items()}
+                    kinds = {state_name: StateKind.VALUE}
             finally:
                 spill.close()
         parts.append(
             KeyedStateSnapshot(
                 max_parallelism=source.max_parallelism,
                 key_group_range=rng,
-                kinds={state_name: StateKind.VALUE},
+                kinds=kinds,
                 key_groups=groups,
             )
         )
     return parts
+
+
+def _decoded(
+    batches: Iterator[tuple[int, pa.RecordBatch]], kinds: Mapping[str, str]
+) -> tuple[dict[int, dict[str, tuple[StateRow, ...]]], dict[str, StateKind]]:
+    """Key groups of rows-form batches (``key``, ``value.rows``) as snapshot rows, and their kinds."""
+    decoded = (
+        (kg, decode_key_rows(key, text))
+        for kg, batch in batches
+        for key, text in zip(batch.column(0).to_pylist(), batch.column(1).field(0).to_pylist())
+    )
+    groups, found = merged_states(decoded)
+    listed = {name: StateKind(kind) for name, kind in kinds.items()}
+    return (
+        {kg: {name: tuple(rows) for name, rows in states.items()} for kg, states in groups.items()},
+        {**listed, **found},
+    )
 
 
 def _rows(batch: pa.RecordBatch) -> Iterator[StateRow]:
@@ -306,10 +350,10 @@ def check_savepoint_types(what: str, schema: pa.Schema) -> None:
     """Refuse a state schema whose values the canonical form (JSON values: savepoints, the heap
     backend) cannot hold -- else a job would checkpoint on disk for weeks and fail at its first
     savepoint or backend switch."""
-    for field in schema:
-        if not _json_type(field.type):
+    for column in schema:
+        if not _json_type(column.type):
             raise BadInputError(
-                f"{what}: state_schema field {field.name!r} has type {field.type}, which savepoints "
+                f"{what}: state_schema field {column.name!r} has type {column.type}, which savepoints "
                 "cannot hold (state values are JSON: integers, floats, booleans, strings, lists and "
                 "structs of them): cast it, e.g. a decimal to float64 or a timestamp to int64 milliseconds"
             )
@@ -387,10 +431,13 @@ def release(directory: Path, fd: int) -> None:
 
 
 class SpillValueState:
-    """One value per key (a struct of ``schema``) in a spill store under ``budget_bytes``.
+    """One value per key (a struct of ``schema``) in a spill store under ``budget_bytes``; its
+    canonical rows are those of value state ``BATCH_STATE`` (:func:`canonical_parts`).
 
     The store is created on the first write (its key type is the first keys' type) or by
     ``restore``/``load_rows``; reads before that find nothing."""
+
+    form = VALUE_FORM
 
     def __init__(
         self,
@@ -472,17 +519,29 @@ class SpillValueState:
         if self.store is None:
             return None
         snap = self.store.snapshot()
-        return SpillPart(snap, self.directory, self.base, self.max_parallelism)
+        return SpillPart(snap, self.directory, self.base, self.max_parallelism, self.form, self.kinds())
+
+    def kinds(self) -> dict[str, str]:
+        """The kinds of the states the store holds, for the ack (``ROWS_FORM`` only)."""
+        return {}
 
     def snapshot_taken(self, part: SpillPart | None) -> None:
         """Local recovery adopted this state as the checkpoint of ``part``: its files are the base now."""
         self.base = frozenset() if part is None else frozenset(f.name for f in part.snapshot.files)
 
     def restore(self, sources: Sequence[SpillSource]) -> None:
-        """The state of ``sources`` for this subtask's key groups (fetched and verified)."""
-        used = [s for s in sources if len(s.snapshot.key_group_range.intersect(self.key_group_range))]
-        if not used:
-            return
+        """The state of ``sources`` for this subtask's key groups (fetched and verified). Sources of
+        another form (the job swapped a batch process function for a per-key one, or back) are
+        decoded into canonical rows and written into the store."""
+        met = [s for s in sources if len(s.snapshot.key_group_range.intersect(self.key_group_range))]
+        used = [s for s in met if s.form == self.form]
+        foreign = [s for s in met if s.form != self.form]
+        if used:
+            self._restore_native(used)
+        if foreign:
+            self.load_rows(canonical_parts(foreign, self.key_group_range, BATCH_STATE))
+
+    def _restore_native(self, used: Sequence[SpillSource]) -> None:
         self.store, self.stats = restored_store(used, self.directory, self.key_group_range, self.budget)
         self.base = frozenset(f.name for s in used for f in s.snapshot.files)
         if not self.store.value_type.equals(self.value_type):
@@ -491,12 +550,12 @@ class SpillValueState:
                 f"state_schema is {self.value_type}: restore with the schema it was written with"
             )
 
-    def load_rows(self, parts: Sequence[KeyedStateSnapshot], state_name: str) -> None:
+    def load_rows(self, parts: Sequence[KeyedStateSnapshot]) -> None:
         """Write canonical rows (a heap backend's snapshot: value = list of field values) into the
         store, a key group at a time (a heap checkpoint or a savepoint restored on disk)."""
         for part in parts:
             for kg, states in part.key_groups.items():
-                rows = states.get(state_name, ())
+                rows = states.get(BATCH_STATE, ())
                 if not len(rows):
                     continue
                 keys = self._keys(pa.array([r.key for r in rows]))

@@ -46,7 +46,8 @@ from state_store.spill.runs import RunFile, RunReader, schema, write_run
 from state_store.spill.snapshots import SnapshotRun, SpillSnapshot
 
 BINARY = pa.binary()
-MIN_BUDGET = 1 << 20
+MIN_BUDGET = 512 << 10
+"""The smallest store budget: 1 MiB of ``state_memory_mb`` less the page of keys a per-key function holds."""
 BUFFER_FRACTION = 16
 """The write buffer is flushed as a run when it reaches ``budget / BUFFER_FRACTION`` bytes."""
 FILE_FRACTION = 1

@@ -16,6 +16,7 @@ of the timers fired together (``on_timers``).
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,10 +24,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.api.functions import BATCH_STATE, BatchProcessFunction
-from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_groups
-from spark_jobs.runtime.operators.base import OperatorContext, OperatorRestore, OperatorSnapshot
+from spark_jobs.runtime.keys import KeySpec, distinct_keys
+from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.keyed import KeyedOperator
-from spark_jobs.runtime.spill_state import SpillPart, SpillValueState, check_savepoint_types, claim_directory
+from spark_jobs.runtime.spill_state import SpillValueState, check_savepoint_types
 from state_store.core.errors import BadInputError
 from state_store.core.state import ValueStateDescriptor
 from state_store.core.stream.timers import InternalTimer
@@ -108,69 +109,23 @@ class BatchProcessOperator(KeyedOperator):
         self.schema: pa.Schema = fn.state_schema
         self.descriptor = ValueStateDescriptor[list[Any]](BATCH_STATE)
         self._fired: list[tuple[Any, int]] = []
-        self.spill: SpillValueState | None = None
-        self._spill_part: SpillPart | None = None
-        """The spill store's last snapshot: the base of the next one if local recovery adopts it."""
 
-    def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
-        if ctx.state_memory_mb is not None:
-            what = f"batch process function {self.uid!r}"
-            check_savepoint_types(what, self.schema)
-            self.spill = SpillValueState(
-                what,
-                claim_directory(ctx.state_dir, ctx.job_id, self.uid or "op", ctx.subtask),
-                ctx.key_groups,
-                ctx.max_parallelism,
-                ctx.state_memory_mb << 20,
-                self.schema,
-            )
-        super().open(ctx, restored)
+    def open_spill(
+        self, ctx: OperatorContext, claimed: tuple[Path, int], budget_bytes: int
+    ) -> SpillValueState:
+        what = f"batch process function {self.uid!r}"
+        check_savepoint_types(what, self.schema)
+        return SpillValueState(what, claimed, ctx.key_groups, ctx.max_parallelism, budget_bytes, self.schema)
 
     def register_states(self) -> None:
         if self.spill is None:
             self.backend.bulk(self.descriptor)
 
-    def restore_keyed(self, restored: OperatorRestore) -> None:
-        if self.spill is None:
-            super().restore_keyed(restored)
-            return
-        self.spill.restore(restored.spill)
-        self.spill.load_rows(restored.keyed, BATCH_STATE)  # a heap checkpoint or a savepoint
-
-    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
-        if self.spill is None:
-            return super().snapshot(checkpoint_id)
-        part = self.spill.snapshot()
-        self._spill_part = part
-        return OperatorSnapshot(None, self.timers.snapshot(), self.snapshot_extra(), part)
-
-    def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
-        super().reopen(ctx, checkpoint_id)
-        if self.spill is not None:
-            self.spill.snapshot_taken(self._spill_part)
-
-    def local_damage(self) -> str | None:
-        return None if self.spill is None else self.spill.damaged_file()
-
-    def dispose(self) -> None:
-        super().dispose()
-        if self.spill is not None:
-            self.spill.dispose()
-
-    def metrics(self) -> dict[str, Any]:
-        if self.spill is None:
-            return super().metrics()
-        return {
-            **super().metrics(),
-            "state_on_disk_bytes": self.spill.disk_bytes,
-            "state_memory_peak_bytes": self.spill.peak_memory_bytes,
-        }
-
     # -- input -----------------------------------------------------------------------------------
     def process_batch(self, batch: pa.RecordBatch) -> None:
         keys = self.keys_of(batch)
         uniques, _ = distinct_keys(keys)
-        self._check_key_groups(uniques)
+        self.owned_key_groups(uniques)
         rows = pa.Table.from_batches([batch]).append_column(KEY, keys)
         state = self._state_table(uniques)
         ts = batch.column(batch.schema.get_field_index("_ts")) if "_ts" in batch.schema.names else None
@@ -179,23 +134,6 @@ class BatchProcessOperator(KeyedOperator):
         out = self.fn.process(rows, state, ctx)
         self._apply(ctx)
         self._emit(out, latest)
-
-    def _check_key_groups(self, keys: list[Any] | pa.Array) -> np.ndarray:
-        """The key group of every key; a key outside the subtask's range raises KeyOutOfRangeError."""
-        if not len(keys):
-            return np.zeros(0, dtype=np.int32)
-        groups = key_groups(
-            keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
-        )
-        outside = np.nonzero(
-            (groups < self.backend.key_groups.first) | (groups > self.backend.key_groups.last)
-        )[0]
-        if len(outside):
-            bad = keys[int(outside[0])]
-            self.backend.set_current_key(
-                bad.as_py() if isinstance(bad, pa.Scalar) else bad
-            )  # raises KeyOutOfRangeError
-        return groups
 
     def _state_table(self, keys: list[Any]) -> pa.Table:
         """One row per key: ``key`` and the state fields (null where a key has no state)."""
@@ -220,15 +158,15 @@ class BatchProcessOperator(KeyedOperator):
         assert self.spill is not None
         for table in ctx.updates:
             keys = table.column(KEY).combine_chunks()
-            self.spill.put(keys, table, self._check_key_groups(keys))  # the store keeps a key's last row
+            self.spill.put(keys, table, self.owned_key_groups(keys))  # the store keeps a key's last row
         for keys in ctx.clears:
-            self.spill.delete(keys, self._check_key_groups(keys))
+            self.spill.delete(keys, self.owned_key_groups(keys))
 
     def _apply_heap(self, ctx: _BatchContext) -> None:
         bulk = self.backend.bulk(self.descriptor)
         for table in ctx.updates:
             keys = table.column(KEY).to_pylist()
-            self._check_key_groups(keys)
+            self.owned_key_groups(keys)
             fields = [
                 table.column(n).cast(f.type).to_pylist() for n, f in zip(self.schema.names, self.schema)
             ]
@@ -236,7 +174,7 @@ class BatchProcessOperator(KeyedOperator):
             bulk.put_many(list(latest), list(latest.values()))
         for keys in ctx.clears:
             names = keys.to_pylist()
-            self._check_key_groups(names)
+            self.owned_key_groups(names)
             bulk.put_many(names, [None] * len(names))
 
     def _apply_timers(self, ctx: _BatchContext) -> None:

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from spark_jobs.runtime.keys import KeySpec, key_column, key_groups
 from spark_jobs.runtime.operators.base import Operator, OperatorContext, OperatorRestore, OperatorSnapshot
+from spark_jobs.runtime.spill_state import SpillPart, SpillValueState, claim_directory
 from state_store.core.keygroups import key_group_of
 from state_store.core.state import KeyedStateBackend
 from state_store.core.stream.timers import InternalTimer, TimerService
@@ -21,15 +24,23 @@ log = logging.getLogger(__name__)
 _TOLD: set[tuple[str, str]] = set()
 """(job, uid) of the operators whose in-memory state under ``state_memory_mb`` was logged already."""
 IN_MEMORY_NOTE = (
-    "state_memory_mb keeps the value state of batch process functions on disk; "
-    "this operator's state is in memory"
+    "state_memory_mb keeps the state of process functions on disk; "
+    "this operator's state (a window or a deduplication) is in memory"
 )
 
 
 class KeyedOperator(Operator):
+    """With ``Job(state_memory_mb=...)`` an operator that ``can_spill`` keeps its keyed state in a
+    spill store on local disk (``open_spill``; ``spark_jobs.runtime.spill_state``) and this base runs
+    its checkpoint life: restore, snapshot, adoption by local recovery, damage checks, metrics,
+    dispose. Timers stay on the heap."""
+
     stateful = True
     can_spill = False
     """True for operators that keep their state on disk under ``Job.state_memory_mb``."""
+    spill: SpillValueState | None = None
+    _spill_part: SpillPart | None = None
+    """The spill store's last snapshot: the base of the next one if local recovery adopts it."""
     state_in_memory: str | None = None
     """Set when ``state_memory_mb`` is configured but this operator keeps its state in memory (the
     ack's metrics say so, and the log, once per process)."""
@@ -50,7 +61,10 @@ class KeyedOperator(Operator):
     def open(self, ctx: OperatorContext, restored: OperatorRestore | None) -> None:
         super().open(ctx, restored)
         self._now = ctx.now_ms
-        if ctx.state_memory_mb is not None and not self.can_spill:
+        if ctx.state_memory_mb is not None and self.can_spill:
+            claimed = claim_directory(ctx.state_dir, ctx.job_id, self.uid or "op", ctx.subtask)
+            self.spill = self.open_spill(ctx, claimed, ctx.state_memory_mb << 20)
+        elif ctx.state_memory_mb is not None:
             self.state_in_memory = IN_MEMORY_NOTE
             if (ctx.job_id, str(self.uid)) not in _TOLD:
                 _TOLD.add((ctx.job_id, str(self.uid)))
@@ -65,8 +79,20 @@ class KeyedOperator(Operator):
             self.restore_keyed(restored)
             self.restore_extra(restored.extra)
 
+    def open_spill(
+        self, ctx: OperatorContext, claimed: tuple[Path, int], budget_bytes: int
+    ) -> SpillValueState:
+        """The spill store of an operator that ``can_spill``, in the ``claimed`` directory."""
+        raise NotImplementedError
+
     def restore_keyed(self, restored: OperatorRestore) -> None:
-        """Load the restored keyed state (timers are restored already)."""
+        """Load the restored keyed state (timers are restored already): into the spill store when
+        there is one (its own run files, and the rows of a heap checkpoint or a savepoint), else
+        into the heap backend."""
+        if self.spill is not None:
+            self.spill.restore(restored.spill)
+            self.spill.load_rows(restored.keyed)
+            return
         self.backend.restore(
             restored.keyed,
             from_checkpoint=restored.checkpoint_id,
@@ -88,6 +114,8 @@ class KeyedOperator(Operator):
         backend = getattr(self, "backend", None)  # None: disposed before it was opened (a failed open)
         if backend is not None:
             backend.dispose()
+        if self.spill is not None:
+            self.spill.dispose()
 
     def reopen(self, ctx: OperatorContext, checkpoint_id: int) -> None:
         super().reopen(ctx, checkpoint_id)
@@ -95,6 +123,37 @@ class KeyedOperator(Operator):
         self.timers.forget_time()  # a restore starts without a watermark (it is not checkpointed)
         self.backend.notify_checkpoint_complete(checkpoint_id)
         self._restored_from = checkpoint_id
+        if self.spill is not None:
+            self.spill.snapshot_taken(self._spill_part)
+
+    def local_damage(self) -> str | None:
+        return None if self.spill is None else self.spill.damaged_file()
+
+    def metrics(self) -> dict[str, Any]:
+        if self.spill is None:
+            return super().metrics()
+        return {
+            **super().metrics(),
+            "state_on_disk_bytes": self.spill.disk_bytes,
+            "state_memory_peak_bytes": self.spill.peak_memory_bytes,
+        }
+
+    def owned_key_groups(self, keys: list[Any] | pa.Array) -> np.ndarray:
+        """The key group of every key; a key outside the subtask's range raises KeyOutOfRangeError."""
+        if not len(keys):
+            return np.zeros(0, dtype=np.int32)
+        groups = key_groups(
+            keys if isinstance(keys, pa.Array) else pa.array(keys), self.backend.max_parallelism
+        )
+        outside = np.nonzero(
+            (groups < self.backend.key_groups.first) | (groups > self.backend.key_groups.last)
+        )[0]
+        if len(outside):
+            bad = keys[int(outside[0])]
+            self.backend.set_current_key(
+                bad.as_py() if isinstance(bad, pa.Scalar) else bad
+            )  # raises KeyOutOfRangeError
+        return groups
 
     def register_states(self) -> None:
         """Touch every state descriptor once so snapshots list it even when empty."""
@@ -120,6 +179,10 @@ class KeyedOperator(Operator):
         return None
 
     def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        if self.spill is not None:
+            part = self.spill.snapshot()
+            self._spill_part = part
+            return OperatorSnapshot(None, self.timers.snapshot(), self.snapshot_extra(), part)
         return OperatorSnapshot(
             self.backend.snapshot(checkpoint_id), self.timers.snapshot(), self.snapshot_extra()
         )

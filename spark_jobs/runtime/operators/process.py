@@ -1,7 +1,16 @@
-"""Runs a KeyedProcessFunction: one call per distinct key per chunk, timers, emitted rows."""
+"""Runs a KeyedProcessFunction: one call per distinct key per chunk, timers, emitted rows.
+
+With ``Job(state_memory_mb=...)`` the keyed state lives in a spill store on local disk and the heap
+backend is a page cache (``spark_jobs.runtime.spill_rows``): a chunk's distinct keys are paged in
+a page at a time before their calls and out after them (in the order of their first row, as in
+memory); a timer whose key is not paged in pages in the keys
+of the next timers due with it, and they are paged out when the watermark advance ends (or the
+page is full). The user code sees the same handles and semantics either way.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -9,8 +18,10 @@ import pyarrow as pa
 
 from spark_jobs.api.functions import CoProcessFunction, KeyedProcessFunction
 from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_column
+from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.keyed import KeyedOperator
-from state_store.core.stream.timers import InternalTimer
+from spark_jobs.runtime.spill_rows import SpillKeyedRows
+from state_store.core.stream.timers import InternalTimer, TimeDomain
 
 _NS = "user"
 
@@ -54,12 +65,21 @@ class _Context:
 
 
 class ProcessOperator(KeyedOperator):
+    can_spill = True
+    spill: SpillKeyedRows | None
+
     def __init__(self, uid: str, key: KeySpec, fn: KeyedProcessFunction) -> None:
         super().__init__(uid, key)
         self.fn = fn
         self.rows: list[dict[str, Any]] = []
         self.side_rows: dict[str, list[dict[str, Any]]] = {}
         self.context = _Context(self)
+
+    def open_spill(
+        self, ctx: OperatorContext, claimed: tuple[Path, int], budget_bytes: int
+    ) -> SpillKeyedRows:
+        what = f"process function {self.uid!r}"
+        return SpillKeyedRows(what, claimed, ctx.key_groups, ctx.max_parallelism, budget_bytes)
 
     def register_states(self) -> None:
         for descriptor in self.fn.state_descriptors:
@@ -73,21 +93,37 @@ class ProcessOperator(KeyedOperator):
         records = batch.to_pylist()
         order = np.argsort(indices, kind="stable")
         bounds = np.searchsorted(indices[order], np.arange(len(uniques) + 1))
-        for k, key in enumerate(uniques):
-            rows = [records[i] for i in order[bounds[k] : bounds[k + 1]]]
-            self.backend.set_current_key(key)
-            self.context.key = key
-            self.context.ts = max((r.get("_ts") or 0) for r in rows)
-            call(key, rows, self.context)
+        spill = self.spill
+        if spill is not None:
+            self.owned_key_groups(uniques)  # a key of another subtask never reaches the store
+        start = 0
+        while start < len(uniques):  # keys in order of first appearance, a page at a time on disk
+            stop = len(uniques) if spill is None else start + spill.page_keys
+            if spill is not None:
+                spill.page_out(self.backend)
+                spill.page_in(self.backend, uniques[start:stop])
+            for k in range(start, min(stop, len(uniques))):
+                key = uniques[k]
+                rows = [records[i] for i in order[bounds[k] : bounds[k + 1]]]
+                self.backend.set_current_key(key)
+                self.context.key = key
+                self.context.ts = max((r.get("_ts") or 0) for r in rows)
+                call(key, rows, self.context)
+            start = stop
         self.flush_timer_output()
 
     def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
-        self._fire(timer)
+        self._fire(timer, TimeDomain.EVENT_TIME)
 
     def on_processing_time(self, timer: InternalTimer[Any, Any]) -> None:
-        self._fire(timer)
+        self._fire(timer, TimeDomain.PROCESSING_TIME)
 
-    def _fire(self, timer: InternalTimer[Any, Any]) -> None:
+    def _fire(self, timer: InternalTimer[Any, Any], domain: TimeDomain) -> None:
+        spill = self.spill
+        if spill is not None and not spill.holds(timer.key):
+            if spill.paged_keys >= spill.page_keys:
+                spill.page_out(self.backend)
+            spill.page_in(self.backend, [timer.key, *self.timers.due_keys(domain, spill.page_keys)])
         self.backend.set_current_key(timer.key)
         self.context.key = timer.key
         self.context.ts = timer.timestamp
@@ -98,6 +134,9 @@ class ProcessOperator(KeyedOperator):
         super().process_watermark(timestamp)
 
     def flush_timer_output(self) -> None:
+        """After a chunk or a watermark advance: state back to disk (if kept there), rows downstream."""
+        if self.spill is not None:
+            self.spill.page_out(self.backend)
         if self.rows:
             rows, self.rows = self.rows, []
             self.out.emit(pa.RecordBatch.from_pylist(rows))

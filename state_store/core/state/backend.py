@@ -408,6 +408,44 @@ class KeyedStateBackend:
         for table in self._tables.values():
             table.groups = {}
 
+    # -- paging (the backend as a cache in front of state kept elsewhere) ------------------------
+    def page_in(
+        self, key_groups: Mapping[int, Mapping[str, Sequence[StateRow]]], kinds: Mapping[str, StateKind]
+    ) -> None:
+        """Add the rows of keys this backend does not hold (their state is kept elsewhere, e.g. on
+        disk, and paged in for the keys a chunk touches). A state name not registered yet gets a
+        table of its kind; a kind that differs from the registered one raises
+        :class:`StateRegistrationError`; a key already held raises ValueError (single-value kinds).
+        Paged-in keys do not count as changed."""
+        for name, kind in kinds.items():
+            table = self._tables.get(name)
+            if table is None:
+                self._tables[name] = StateTable(name, kind, self._dirty)
+            elif table.kind is not kind:
+                raise StateRegistrationError(
+                    f"state {name!r} is a {table.kind.value} state, but its state on disk is a "
+                    f"{kind.value} state: pick another name or migrate the state"
+                )
+        for kg, states in key_groups.items():
+            if kg not in self._range:
+                self._owned_key_group(next(iter(next(iter(states.values())))).key)  # raises
+            for name, rows in states.items():
+                self._tables[name].load_rows(kg, rows)
+
+    def page_out(self) -> dict[int, dict[str, list[StateRow]]]:
+        """Every live row this backend holds (expired ones left out, as a snapshot does), per key
+        group and state; then the backend holds nothing (the tables stay registered)."""
+        now = self._clock() if self._clock is not None else None
+        out: dict[int, dict[str, list[StateRow]]] = {}
+        for name, table in self._tables.items():
+            cutoff = now if table.filters_expired() else None
+            for kg in table.groups:
+                rows = table.snapshot_rows(kg, cutoff)
+                if rows:
+                    out.setdefault(kg, {})[name] = rows
+            table.groups = {}
+        return out
+
     # -- restore --------------------------------------------------------------------------------
     def restore(
         self,

@@ -120,6 +120,25 @@ class _TimerQueue(Generic[K, N]):
             return head
         return None
 
+    def peek_due(self, time: int, limit: int) -> list[tuple[int, K, N]]:
+        """Up to ``limit`` live timers with ``timestamp <= time``, in firing order, left in the queue:
+        a walk of the heap's smallest entries (a frontier of heap positions), O(limit log limit)
+        plus the stale entries on the way, not a scan of every timer."""
+        heap = self._heap
+        live = self._live
+        out: list[tuple[int, K, N]] = []
+        frontier = [(heap[0], 0)] if heap else []
+        while frontier and len(out) < limit:
+            entry, at = heapq.heappop(frontier)
+            if entry[0] > time:
+                break  # every entry left below the frontier is later still
+            if entry in live and (not out or out[-1] != entry):
+                out.append(entry)
+            for child in (2 * at + 1, 2 * at + 2):
+                if child < len(heap):
+                    heapq.heappush(frontier, (heap[child], child))
+        return out
+
     def __len__(self) -> int:
         return len(self._live)
 
@@ -178,6 +197,17 @@ class TimerService(Generic[K, N]):
             on_processing_time(InternalTimer(*entry))
             fired += 1
         return fired
+
+    def due_keys(self, domain: TimeDomain, limit: int) -> list[K]:
+        """The keys of the next ``limit`` timers of ``domain`` due at its current time, in firing
+        order, each key once: while a watermark (or processing time) advances, what the timers
+        about to fire will touch, so an operator can fetch their state together."""
+        queue, time = (
+            (self._event, self._watermark)
+            if domain is TimeDomain.EVENT_TIME
+            else (self._processing, self._processing_time)
+        )
+        return list(dict.fromkeys(key for _, key, _ in queue.peek_due(time, limit)))
 
     def forget_time(self) -> None:
         """Back to no watermark and no processing time, the timers kept: what a restore from a
