@@ -1,11 +1,12 @@
 """``python -m bench.spill_job [--keys 1000000] [--budget-mb 2] [--epochs 5]`` -- a job whose value
 state is larger than its memory budget (issue 23 item 1, ``Job(state_memory_mb=...)``).
 
-One vectorized value-state job (a ``BatchProcessFunction`` keeping a count and a float total per
-user, string keys) runs in three configurations in one process, interleaved epoch by epoch (the
-machine is shared): state **in memory** (the heap backend), **on disk** under ``--budget-mb`` per
-subtask (every epoch fetches its run files from the store), and **on disk + local recovery** (an
-epoch adopts the previous epoch's store on local disk). Three load epochs touch about 95% of
+One value-state job (a ``BatchProcessFunction`` keeping a count and a float total per user, string
+keys; with ``--per-key`` the same as a ``KeyedProcessFunction`` with two value states) runs in
+three configurations in one process, interleaved epoch by epoch (the machine is shared): state
+**in memory** (the heap backend), **on disk** under ``--budget-mb`` per subtask (every epoch
+fetches its run files from the store), and **on disk + local recovery** (an epoch adopts the
+previous epoch's store on local disk). Three load epochs touch about 95% of
 ``--keys``; each measured epoch then updates about 1% of them. Per measured epoch: wall time, the
 checkpoint's share (the subtasks' synchronous snapshot + upload wait, summed, over the wall time),
 bytes the state acks wrote, the store's own peak memory accounting and the acks' peak RSS; the
@@ -27,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from bench.local_recovery import _latest
-from spark_jobs.api.functions import BatchProcessFunction
+from spark_jobs.api.functions import BatchProcessFunction, KeyedProcessFunction
 from spark_jobs.api.job import Job
 from spark_jobs.api.sinks import ParquetSink
 from spark_jobs.chaos.observe import state_digest
@@ -35,6 +36,7 @@ from spark_jobs.runtime import warm
 from spark_jobs.runtime.cycle import run_cycle
 from spark_jobs.sinks import read_committed
 from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
+from state_store.core.state import ValueStateDescriptor
 from state_store.storage import open_store
 from state_store.testing import ManualClock
 
@@ -42,6 +44,19 @@ RESULTS = Path(__file__).parent / "results"
 RATE = 20_000
 """Events per second of event time (both partitions together)."""
 MODES = ("in memory", "on disk", "on disk + local recovery")
+
+
+class PerKeyTotals(KeyedProcessFunction):
+    """``Totals`` written per key, as most Flink users write it: two value states per key."""
+
+    count = ValueStateDescriptor[int]("count")
+    total = ValueStateDescriptor[float]("total")
+    state_descriptors = (count, total)
+
+    def process_key(self, key: Any, rows: list[dict[str, Any]], ctx: Any) -> None:
+        count, total = ctx.state(self.count), ctx.state(self.total)
+        count.update((count.value() or 0) + len(rows))
+        total.update((total.value() or 0.0) + sum(r["amount"] for r in rows))
 
 
 class Totals(BatchProcessFunction):
@@ -67,7 +82,7 @@ def _amount(batch: pa.RecordBatch) -> pa.RecordBatch:
     return batch.append_column("amount", pc.multiply(pc.cast(batch.column("value"), pa.float64()), 0.01))
 
 
-def job_of(mode: str, keys: int, budget_mb: int, state_dir: Path) -> Job:
+def job_of(mode: str, keys: int, budget_mb: int, state_dir: Path, per_key: bool = False) -> Job:
     job = Job(
         "spill-" + mode.split()[-1].replace("memory", "mem"),
         parallelism=2,
@@ -80,7 +95,8 @@ def job_of(mode: str, keys: int, budget_mb: int, state_dir: Path) -> Job:
     source = GeneratorSource(
         uid="clicks", partitions=2, seed=7, events_per_second=RATE // 2, keys=keys, start_ms=DEFAULT_START_MS
     )
-    job.source(source, uid="clicks").map(_amount).key_by("user_id").process(Totals(), uid="op").sink(
+    fn = PerKeyTotals() if per_key else Totals()
+    job.source(source, uid="clicks").map(_amount).key_by("user_id").process(fn, uid="op").sink(
         ParquetSink(), uid="out"
     )
     return job
@@ -107,9 +123,11 @@ def _epoch(job: Job, uri: str, clock: ManualClock) -> dict[str, Any]:
     }
 
 
-def run(keys: int, budget_mb: int, epochs: int, root: Path, modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+def run(
+    keys: int, budget_mb: int, epochs: int, root: Path, modes: tuple[str, ...] = MODES, per_key: bool = False
+) -> dict[str, Any]:
     warm.clear()
-    jobs = {mode: job_of(mode, keys, budget_mb, root / "state") for mode in modes}
+    jobs = {mode: job_of(mode, keys, budget_mb, root / "state", per_key) for mode in modes}
     uris = {mode: (root / job.job_id).as_uri() for mode, job in jobs.items()}
     clocks = {mode: ManualClock(DEFAULT_START_MS) for mode in jobs}
     load_ms = 1000 * keys // RATE
@@ -136,6 +154,7 @@ def run(keys: int, budget_mb: int, epochs: int, root: Path, modes: tuple[str, ..
 
     fields = ("wall_s", "checkpoint_s", "restore_s", "bytes_written", "disk_bytes")
     return {
+        "function": "KeyedProcessFunction (per key)" if per_key else "BatchProcessFunction (vectorized)",
         "keys": keys,
         "budget_mb": budget_mb,
         "events_per_epoch": RATE * step_ms // 1000,
@@ -160,8 +179,10 @@ def report(r: dict[str, Any], args: argparse.Namespace) -> str:
     lines = [
         "# State larger than its memory budget: a value-state job in memory and on disk",
         "",
-        f"`python -m bench.spill_job --keys {args.keys} --budget-mb {args.budget_mb} --epochs {args.epochs}` "
-        f"on 2 shared cores, in-process executor, parallelism 2, max_parallelism 128; {when}. Three load "
+        f"`python -m bench.spill_job --keys {args.keys} --budget-mb {args.budget_mb} --epochs {args.epochs}"
+        f"{' --per-key' if args.per_key else ''}` "
+        f"with a {r['function']}, on 2 shared cores, in-process executor, parallelism 2, "
+        f"max_parallelism 128; {when}. Three load "
         f"epochs touch about 95% of the keys, then each measured epoch updates about 1% "
         f"({r['events_per_epoch']:,} events); the three configurations run interleaved, epoch by epoch, "
         "in one process; medians over the measured epochs. *Checkpoint* = the subtasks' synchronous "
@@ -201,10 +222,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="spill_job")
     parser.add_argument("--disk-only", action="store_true", help="skip the in-memory configuration")
+    parser.add_argument(
+        "--per-key",
+        action="store_true",
+        help="a KeyedProcessFunction with two value states, not the batch one",
+    )
     args = parser.parse_args(argv)
     modes = MODES[1:] if args.disk_only else MODES
     with tempfile.TemporaryDirectory(prefix="epochal-spill-") as tmp:
-        result = run(args.keys, args.budget_mb, args.epochs, Path(tmp), modes)
+        result = run(args.keys, args.budget_mb, args.epochs, Path(tmp), modes, args.per_key)
     print(json.dumps(result), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / f"{args.name}.json").write_text(json.dumps(result, indent=2))
