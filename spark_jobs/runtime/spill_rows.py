@@ -36,11 +36,20 @@ from state_store.core.keygroups import KeyGroupRange
 from state_store.core.state import KeyedStateBackend
 from state_store.core.state.descriptors import StateKind
 from state_store.core.state.snapshot import KeyedStateSnapshot
-from state_store.formats.key_rows import decode_key_rows, encode_key_rows, merged_states, rows_by_key
+from state_store.formats.key_rows import (
+    decode_key_rows,
+    encode_key_rows,
+    latest_expiry,
+    merged_states,
+    rows_by_key,
+)
+from state_store.spill import SpillStore
 
 ROWS = "rows"
-ROWS_SCHEMA = pa.schema([(ROWS, pa.string())])
-
+EXPIRES = "expires"
+ROWS_SCHEMA = pa.schema([(ROWS, pa.string()), (EXPIRES, pa.int64())])
+"""A key's value on disk: its text, and when all of its rows have expired (null: a row never does),
+which lets a full compaction drop the key (``SpillStore.expires_field``)."""
 PAGE_FRACTION = 4
 """A page of keys holds at most about 1/PAGE_FRACTION of the budget (as text); the store gets the rest."""
 FIRST_PAGE_KEYS = 64
@@ -69,8 +78,28 @@ class SpillKeyedRows(SpillValueState):
         """Keys paged in since the last page out, and their text as read (None: no state)."""
         self._paged_bytes = 0
         self.page_peak_bytes = 0
+        self.now_ms: int | None = None
         self._key_bytes = max(1, self.page_budget // FIRST_PAGE_KEYS)
         """Bytes of one key's text, as the last pages wrote them (it rises at once, falls by halves)."""
+
+    def _configure(self, store: SpillStore) -> None:
+        store.expires_field = EXPIRES
+        store.now_ms = self.now_ms
+
+    def set_now(self, now_ms: int) -> None:
+        """The epoch's processing time: state TTL's clock, for the store's TTL compaction filter."""
+        self.now_ms = now_ms
+        if self.store is not None:
+            self.store.now_ms = now_ms
+
+    def _texts(self, texts: dict[Any, str], expiries: dict[Any, int | None]) -> pa.Table:
+        keys = list(texts)
+        return pa.table(
+            {
+                ROWS: pa.array([texts[k] for k in keys], pa.string()),
+                EXPIRES: pa.array([expiries[k] for k in keys], pa.int64()),
+            }
+        )
 
     # -- kinds -----------------------------------------------------------------------------------
     def kinds(self) -> dict[str, str]:
@@ -103,8 +132,13 @@ class SpillKeyedRows(SpillValueState):
                 self._note_kinds({name: kinds[name] for name in states if states[name]})
                 keys = self._keys(pa.array(list(per_key)))
                 self._check_groups(keys, kg)
-                texts = [encode_key_rows(key, states_of) for key, states_of in per_key.items()]
-                self.put(keys, pa.table({ROWS: pa.array(texts, pa.string())}))
+                texts: dict[Any, str] = {}
+                for key, states_of in per_key.items():
+                    text = encode_key_rows(key, states_of)
+                    assert text is not None  # rows_by_key lists only keys with rows
+                    texts[key] = text
+                expiries = {key: latest_expiry(states_of) for key, states_of in per_key.items()}
+                self.put(keys, self._texts(texts, expiries))
 
     # -- paging ----------------------------------------------------------------------------------
     def holds(self, key: Any) -> bool:
@@ -143,12 +177,16 @@ class SpillKeyedRows(SpillValueState):
         gone, and empty ``backend``."""
         groups = backend.page_out()
         kinds = {name: kind for name in backend.state_names if (kind := backend.kind_of(name)) is not None}
-        texts: dict[Any, str | None] = {}
+        texts: dict[Any, str] = {}
+        expiries: dict[Any, int | None] = {}
         for states in groups.values():
             for key, states_of in rows_by_key(states, kinds).items():
-                texts[key] = encode_key_rows(key, states_of)
+                text = encode_key_rows(key, states_of)
+                assert text is not None  # rows_by_key lists only keys with rows
+                texts[key] = text
+                expiries[key] = latest_expiry(states_of)
         self._note_kinds({name: kinds[name] for states in groups.values() for name in states})
-        held = sum(len(text) for text in texts.values() if text is not None)
+        held = sum(len(text) for text in texts.values())
         self.page_peak_bytes = max(self.page_peak_bytes, held)
         if texts:
             self._key_bytes = max(1, held // len(texts), self._key_bytes // 2)
@@ -156,7 +194,7 @@ class SpillKeyedRows(SpillValueState):
         gone = [key for key, text in self._paged.items() if text is not None and key not in texts]
         self._paged, self._paged_bytes = {}, 0
         if changed:
-            self.put(pa.array(changed), pa.table({ROWS: pa.array([texts[k] for k in changed], pa.string())}))
+            self.put(pa.array(changed), self._texts({k: texts[k] for k in changed}, expiries))
         if gone:
             self.delete(pa.array(gone))
 

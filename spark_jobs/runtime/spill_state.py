@@ -277,6 +277,7 @@ def canonical_parts(
     sources: Sequence[SpillSource],
     key_group_range: KeyGroupRange,
     state_name: str,
+    now_ms: int | None = None,
 ) -> list[KeyedStateSnapshot]:
     """The rows a heap backend would hold for the spill state of ``sources`` in ``key_group_range``:
     one ``StateRow(key, None, [field values], None)`` per live key of ``state_name`` (a value
@@ -291,7 +292,7 @@ def canonical_parts(
             spill, _ = restored_store([source], Path(tmp) / "s", rng, CANONICAL_BUDGET)
             try:
                 if source.form == ROWS_FORM:
-                    groups, kinds = _decoded(spill.items(), source.kinds)
+                    groups, kinds = _decoded(spill.items(), source.kinds, now_ms)
                 else:
                     groups = {kg: {state_name: tuple(_rows(batch))} for kg, batch in spill.items()}
                     kinds = {state_name: StateKind.VALUE}
@@ -309,11 +310,12 @@ def canonical_parts(
 
 
 def _decoded(
-    batches: Iterator[tuple[int, pa.RecordBatch]], kinds: Mapping[str, str]
+    batches: Iterator[tuple[int, pa.RecordBatch]], kinds: Mapping[str, str], now_ms: int | None
 ) -> tuple[dict[int, dict[str, tuple[StateRow, ...]]], dict[str, StateKind]]:
-    """Key groups of rows-form batches (``key``, ``value.rows``) as snapshot rows, and their kinds."""
+    """Key groups of rows-form batches (``key``, ``value.rows``) as snapshot rows (those expired at
+    ``now_ms`` left out, as a heap backend's snapshot at that time leaves them), and their kinds."""
     decoded = (
-        (kg, decode_key_rows(key, text))
+        (kg, decode_key_rows(key, text, now_ms))
         for kg, batch in batches
         for key, text in zip(batch.column(0).to_pylist(), batch.column(1).field(0).to_pylist())
     )
@@ -482,7 +484,14 @@ class SpillValueState:
                 key_type=key_type,
                 value_type=self.value_type,
             )
+            self._configure(self.store)
         return self.store
+
+    def _configure(self, store: SpillStore) -> None:
+        """Set up a store this state just created or restored (subclasses: a TTL filter)."""
+
+    def set_now(self, now_ms: int) -> None:
+        """The epoch's processing time (value state has no TTL: nothing to do)."""
 
     def get(self, keys: pa.Array) -> pa.Table:
         """One row per key: the fields of ``schema`` (nulls where a key has no state)."""
@@ -549,6 +558,7 @@ class SpillValueState:
                 f"{self.what}: the checkpoint's state holds {self.store.value_type}, the function's "
                 f"state_schema is {self.value_type}: restore with the schema it was written with"
             )
+        self._configure(self.store)
 
     def load_rows(self, parts: Sequence[KeyedStateSnapshot]) -> None:
         """Write canonical rows (a heap backend's snapshot: value = list of field values) into the

@@ -412,7 +412,9 @@ def read_operator_restore(
     if spill_native:
         restore.spill = spilled
     elif spilled:
-        restore.keyed.extend(spill_state.canonical_parts(spilled, key_groups, BATCH_STATE))
+        restore.keyed.extend(
+            spill_state.canonical_parts(spilled, key_groups, BATCH_STATE, now_ms=metadata.trigger_ms)
+        )
     restored: dict[int, RestoredKeyGroup] = {}
     loaded = _load_all(store, chains, metadata.checkpoint_id, int_rows)  # each file once
     whole: dict[str, list[int]] = {}  # base file -> its key groups restored from it as they are

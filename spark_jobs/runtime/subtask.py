@@ -176,13 +176,14 @@ def _open_operators(
                 timing.restore_s += time.perf_counter() - began
                 continue
             if op.stateful and op.uid:
+                spill_native = job.state_memory_mb is not None and bool(getattr(op, "can_spill", False))
                 restored, base = read_operator_restore(
                     store,
                     metadata,
                     op.uid,
                     key_groups,
-                    int_rows=bool(getattr(op, "columnar_restore", False)),
-                    spill_native=job.state_memory_mb is not None and bool(getattr(op, "can_spill", False)),
+                    int_rows=bool(getattr(op, "columnar_restore", False)) and not spill_native,
+                    spill_native=spill_native,
                 )
                 bases[op.uid] = base
             op.open(ctx, restored)

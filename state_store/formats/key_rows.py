@@ -54,8 +54,12 @@ def encode_key_rows(key: Any, states: Mapping[str, tuple[StateKind, Sequence[Sta
     return "{" + ",".join(parts) + "}" if parts else None
 
 
-def decode_key_rows(key: Any, text: str) -> dict[str, tuple[StateKind, list[StateRow]]]:
-    """Inverse of :func:`encode_key_rows` for ``key``; :class:`KeyRowsError` on a text it would not write."""
+def decode_key_rows(
+    key: Any, text: str, now_ms: int | None = None
+) -> dict[str, tuple[StateKind, list[StateRow]]]:
+    """Inverse of :func:`encode_key_rows` for ``key``; :class:`KeyRowsError` on a text it would not
+    write. ``now_ms``: leave out the rows that expired by then (``expiry_ms <= now_ms``) and the
+    states left without rows."""
     try:
         states = json.loads(text)
         out = {}
@@ -63,17 +67,31 @@ def decode_key_rows(key: Any, text: str) -> dict[str, tuple[StateKind, list[Stat
             kind = StateKind(kind_text)
             rows = []
             for namespace, value, expiry in cells:
+                if now_ms is not None and expiry is not None and expiry <= now_ms:
+                    continue
                 if kind is StateKind.MAP:
                     user_key, user_value = value
                     value = (key_from_jsonable(user_key), user_value)
                 rows.append(StateRow(key, key_from_jsonable(namespace), value, expiry))
-            out[name] = (kind, rows)
+            if rows or now_ms is None:
+                out[name] = (kind, rows)
         return out
     except (ValueError, TypeError, AttributeError) as exc:
         raise KeyRowsError(
             f"the state on disk of key {key!r} is not a text Epochal wrote ({exc}): restore from an "
             "earlier checkpoint or a savepoint"
         ) from None
+
+
+def latest_expiry(states: Mapping[str, tuple[StateKind, Sequence[StateRow]]]) -> int | None:
+    """When all of a key's rows have expired: the latest expiry, or None when a row never expires."""
+    latest = None
+    for _, rows in states.values():
+        for row in rows:
+            if row.expiry_ms is None:
+                return None
+            latest = row.expiry_ms if latest is None else max(latest, row.expiry_ms)
+    return latest
 
 
 def rows_by_key(

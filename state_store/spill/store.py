@@ -93,6 +93,11 @@ class SpillStore:
         self.key_type = key_type
         self.value_type = value_type
         self.max_runs = max_runs
+        self.expires_field: str | None = None
+        """A field of the value struct holding when the entry expires (epoch ms; null: never). With
+        ``now_ms``, a merge that drops tombstones (a full compaction) drops expired entries too:
+        Flink's TTL compaction filter. A partial merge keeps them (they still shadow older runs)."""
+        self.now_ms: int | None = None
         self._schema = pa.schema(
             [(_KG, pa.int32()), ("key", key_type), ("value", value_type), (_SEQ, pa.int64())]
         )
@@ -267,6 +272,9 @@ class SpillStore:
         self._held(sum(p.nbytes for p in parts) + table.nbytes)
         if drop_tombstones:
             table = table.filter(pc.is_valid(table.column("value")))
+            if self.expires_field is not None and self.now_ms is not None and table.num_rows:
+                expires = pc.struct_field(table.column("value"), self.expires_field)
+                table = table.filter(pc.invert(pc.fill_null(pc.less_equal(expires, self.now_ms), False)))
         return pa.record_batch(
             [table.column("key").combine_chunks(), table.column("value").combine_chunks()],
             names=["key", "value"],

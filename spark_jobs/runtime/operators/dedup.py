@@ -5,12 +5,16 @@ The seen keys live in columns (``dedup_columns.SeenKeys``) while the keys are no
 strings; otherwise -- or after two string keys share a 64-bit hash -- in the heap backend (one
 Python entry per key), which the operator then reports once in its log and in every ack's metrics
 (``heap_fallback``). Both write the same state (``seen`` = True with its expiry, typed layout), so
-either restores the other's files.
+either restores the other's files. With ``Job(state_memory_mb=...)`` the seen keys live in a spill
+store on local disk, paged through the heap backend a chunk's keys at a time
+(``spark_jobs.runtime.spill_rows``); its canonical rows are the same, so every form restores every
+other.
 """
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -18,10 +22,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_groups
-from spark_jobs.runtime.operators.base import OperatorSnapshot
+from spark_jobs.runtime.operators.base import OperatorContext, OperatorSnapshot
 from spark_jobs.runtime.operators.dedup_columns import SeenKeys
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.operators.window_columns import Refused, unfit_keys
+from spark_jobs.runtime.spill_rows import SpillKeyedRows
 from state_store.core.state import KeyedStateSnapshot, StateKind, StateTtlConfig, ValueStateDescriptor
 
 COLUMNAR = True
@@ -32,6 +37,9 @@ RESTORED_WITHOUT_COLUMNS = (
 
 
 class DeduplicateOperator(KeyedOperator):
+    can_spill = True
+    spill: SpillKeyedRows | None
+
     def __init__(self, uid: str, key: KeySpec, ttl_ms: int) -> None:
         super().__init__(uid, key)
         self.ttl_ms = ttl_ms
@@ -47,8 +55,16 @@ class DeduplicateOperator(KeyedOperator):
     def register_states(self) -> None:
         self.backend.bulk(self.seen)
 
+    def open_spill(
+        self, ctx: OperatorContext, claimed: tuple[Path, int], budget_bytes: int
+    ) -> SpillKeyedRows:
+        what = f"deduplicate operator {self.uid!r}"
+        return SpillKeyedRows(what, claimed, ctx.key_groups, ctx.max_parallelism, budget_bytes)
+
     def open(self, ctx: Any, restored: Any) -> None:
-        if self.columnar_restore:
+        if ctx.state_memory_mb is not None:
+            self.columnar_restore = False  # the seen keys are on disk, paged through the heap backend
+        elif self.columnar_restore:
             self.cols = SeenKeys(self.ttl_ms)
         elif self.fallback is not None:
             self._fall_back(self.fallback)
@@ -121,13 +137,28 @@ class DeduplicateOperator(KeyedOperator):
         return np.sort(first_rows[fresh])
 
     def _admit_heap(self, keys: pa.Array) -> np.ndarray[Any, Any]:
+        """Rows that pass, from the heap backend (the keys paged in from disk a page at a time when
+        the seen keys are kept there)."""
         uniques, indices = distinct_keys(keys)
         _, first_rows = np.unique(indices, return_index=True)
         bulk = self.backend.bulk(self.seen)
-        seen = bulk.get_many(uniques)
-        fresh = [i for i, s in enumerate(seen) if not s]
-        if fresh:
-            bulk.put_many([uniques[i] for i in fresh], [True] * len(fresh))
+        spill = self.spill
+        if spill is not None:
+            self.owned_key_groups(uniques)  # a key of another subtask never reaches the store
+        fresh: list[int] = []
+        start = 0
+        while start < len(uniques):
+            stop = len(uniques) if spill is None else start + spill.page_keys
+            page = uniques[start:stop]
+            if spill is not None:
+                spill.page_in(self.backend, page)
+            unseen = [start + i for i, s in enumerate(bulk.get_many(page)) if not s]
+            if unseen:
+                bulk.put_many([uniques[i] for i in unseen], [True] * len(unseen))
+            if spill is not None:
+                spill.page_out(self.backend)
+            fresh += unseen
+            start = stop
         return np.sort(first_rows[fresh]) if fresh else np.zeros(0, dtype=np.int64)
 
     def _demote(self) -> None:
@@ -177,7 +208,7 @@ class DeduplicateOperator(KeyedOperator):
 
     def metrics(self) -> dict[str, Any]:
         """Duplicates dropped, and ``heap_fallback`` when the seen keys are on the heap backend."""
-        out: dict[str, Any] = {"duplicates_dropped": self.dropped}
+        out: dict[str, Any] = {**super().metrics(), "duplicates_dropped": self.dropped}
         if self.fallback is not None:
             out["heap_fallback"] = self.fallback
         return out

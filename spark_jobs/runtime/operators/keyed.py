@@ -24,8 +24,8 @@ log = logging.getLogger(__name__)
 _TOLD: set[tuple[str, str]] = set()
 """(job, uid) of the operators whose in-memory state under ``state_memory_mb`` was logged already."""
 IN_MEMORY_NOTE = (
-    "state_memory_mb keeps the state of process functions on disk; "
-    "this operator's state (a window or a deduplication) is in memory"
+    "state_memory_mb keeps the state of process functions and deduplication on disk; "
+    "this operator's state (a window's) is in memory"
 )
 
 
@@ -64,6 +64,7 @@ class KeyedOperator(Operator):
         if ctx.state_memory_mb is not None and self.can_spill:
             claimed = claim_directory(ctx.state_dir, ctx.job_id, self.uid or "op", ctx.subtask)
             self.spill = self.open_spill(ctx, claimed, ctx.state_memory_mb << 20)
+            self.spill.set_now(ctx.now_ms)
         elif ctx.state_memory_mb is not None:
             self.state_in_memory = IN_MEMORY_NOTE
             if (ctx.job_id, str(self.uid)) not in _TOLD:
@@ -125,6 +126,7 @@ class KeyedOperator(Operator):
         self._restored_from = checkpoint_id
         if self.spill is not None:
             self.spill.snapshot_taken(self._spill_part)
+            self.spill.set_now(ctx.now_ms)
 
     def local_damage(self) -> str | None:
         return None if self.spill is None else self.spill.damaged_file()
