@@ -367,7 +367,13 @@ def normal_keys(keys: pa.Array | pa.ChunkedArray, what: str) -> pa.Array:
         keys = keys.combine_chunks()
     t = keys.type
     if pa.types.is_integer(t):
-        return keys.cast(pa.int64())
+        try:
+            return keys.cast(pa.int64())
+        except pa.ArrowInvalid:
+            raise BadInputError(
+                f"{what}: keys of type {t} above 2**63-1 cannot be kept on disk (state_memory_mb keeps "
+                "int64, str or bytes keys): key the stream by a string of them, or set state_memory_mb=None"
+            ) from None
     if pa.types.is_string(t) or pa.types.is_binary(t):
         return keys
     if pa.types.is_large_string(t):

@@ -27,6 +27,7 @@ from spark_jobs.runtime.operators.dedup_columns import SeenKeys
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.operators.window_columns import Refused, unfit_keys
 from spark_jobs.runtime.spill_rows import SpillKeyedRows
+from spark_jobs.runtime.spill_state import normal_keys
 from state_store.core.state import KeyedStateSnapshot, StateKind, StateTtlConfig, ValueStateDescriptor
 
 COLUMNAR = True
@@ -144,6 +145,7 @@ class DeduplicateOperator(KeyedOperator):
         bulk = self.backend.bulk(self.seen)
         spill = self.spill
         if spill is not None:
+            normal_keys(keys, spill.what)  # a key type the disk cannot hold fails here, in one line
             self.owned_key_groups(uniques)  # a key of another subtask never reaches the store
         fresh: list[int] = []
         start = 0

@@ -21,6 +21,7 @@ from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_column
 from spark_jobs.runtime.operators.base import OperatorContext
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.spill_rows import SpillKeyedRows
+from spark_jobs.runtime.spill_state import normal_keys
 from state_store.core.stream.timers import InternalTimer, TimeDomain
 
 _NS = "user"
@@ -95,6 +96,7 @@ class ProcessOperator(KeyedOperator):
         bounds = np.searchsorted(indices[order], np.arange(len(uniques) + 1))
         spill = self.spill
         if spill is not None:
+            normal_keys(keys, spill.what)  # a key type the disk cannot hold fails here, in one line
             self.owned_key_groups(uniques)  # a key of another subtask never reaches the store
         start = 0
         while start < len(uniques):  # keys in order of first appearance, a page at a time on disk

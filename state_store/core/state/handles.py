@@ -7,6 +7,8 @@ A handle is bound to its backend; every call reads the *current* key and namespa
 so one handle serves every key. Calling without a current key raises :class:`NoCurrentKeyError`.
 Returned lists and pair lists are fresh copies; returned values are the stored objects (do not
 mutate them in place -- write them back with ``update``/``put`` so dirty tracking sees the change).
+Values are stored in their JSON form (``table.json_form``: tuples as lists, dict keys sorted), the
+form a checkpoint gives back, so a read is the same before and after any checkpoint or restore.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from state_store.core.state.descriptors import (
     ReducingStateDescriptor,
     ValueStateDescriptor,
 )
-from state_store.core.state.table import ABSENT, StateTable
+from state_store.core.state.table import ABSENT, StateTable, json_form
 
 if TYPE_CHECKING:
     from state_store.core.state.backend import KeyedStateBackend
@@ -68,12 +70,12 @@ class ValueState(_Handle, Generic[T]):
         return self._default if found is ABSENT else found
 
     def update(self, value: T | None) -> None:
-        """Store ``value``; ``update(None)`` clears, as in Flink."""
+        """Store ``value`` (in its JSON form, ``json_form``); ``update(None)`` clears, as in Flink."""
         kg, ek, now = self._at()
         if value is None:
             self._table.remove(kg, ek)
         else:
-            self._table.put(kg, ek, value, now)
+            self._table.put(kg, ek, json_form(value), now)
 
 
 class ListState(_Handle, Generic[T]):
@@ -86,16 +88,16 @@ class ListState(_Handle, Generic[T]):
 
     def add(self, value: T) -> None:
         kg, ek, now = self._at()
-        self._table.list_add(kg, ek, (value,), now)
+        self._table.list_add(kg, ek, (json_form(value),), now)
 
     def add_all(self, values: Iterable[T]) -> None:
         kg, ek, now = self._at()
-        self._table.list_add(kg, ek, values, now)
+        self._table.list_add(kg, ek, map(json_form, values), now)
 
     def update(self, values: Iterable[T]) -> None:
         """Replace the list; an empty iterable clears."""
         kg, ek, now = self._at()
-        self._table.list_set(kg, ek, values, now)
+        self._table.list_set(kg, ek, map(json_form, values), now)
 
 
 class MapState(_Handle, Generic[UK, UV]):
@@ -109,7 +111,7 @@ class MapState(_Handle, Generic[UK, UV]):
     def put(self, user_key: UK, value: UV) -> None:
         kg, ek, now = self._at()
         self._backend.check_user_key(self._table.name, user_key)
-        self._table.map_put(kg, ek, user_key, value, now)
+        self._table.map_put(kg, ek, user_key, json_form(value), now)
 
     def put_all(self, entries: Mapping[UK, UV]) -> None:
         for user_key, value in entries.items():
@@ -155,7 +157,8 @@ class ReducingState(_Handle, Generic[T]):
         """Store ``reduce_fn(stored, value)``, or ``value`` when nothing (live) is stored."""
         kg, ek, now = self._at()
         current = self._table.get_for_update(kg, ek, now)
-        self._table.put(kg, ek, value if current is ABSENT else self._reduce(current, value), now)
+        reduced = value if current is ABSENT else self._reduce(current, value)
+        self._table.put(kg, ek, json_form(reduced), now)
 
 
 class AggregatingState(_Handle, Generic[IN, ACC, OUT]):
@@ -176,7 +179,7 @@ class AggregatingState(_Handle, Generic[IN, ACC, OUT]):
         acc = self._table.get_for_update(kg, ek, now)
         if acc is ABSENT:
             acc = self._fn.create_accumulator()
-        self._table.put(kg, ek, self._fn.add(value, acc), now)
+        self._table.put(kg, ek, json_form(self._fn.add(value, acc)), now)
 
     def get_accumulator(self) -> ACC | None:
         kg, ek, now = self._at()
@@ -187,4 +190,5 @@ class AggregatingState(_Handle, Generic[IN, ACC, OUT]):
         """Fold a partial accumulator (e.g. computed for a whole chunk) into the stored one."""
         kg, ek, now = self._at()
         acc = self._table.get_for_update(kg, ek, now)
-        self._table.put(kg, ek, partial if acc is ABSENT else self._fn.merge(acc, partial), now)
+        merged = partial if acc is ABSENT else self._fn.merge(acc, partial)
+        self._table.put(kg, ek, json_form(merged), now)

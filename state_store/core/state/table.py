@@ -65,6 +65,29 @@ def freeze(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+_JSON_SCALARS = frozenset({type(None), bool, int, float, str})
+
+
+def json_form(value: Any) -> Any:
+    """``value`` as a state file gives it back: tuples as lists, dicts with their keys sorted,
+    nested; anything else as it is (a value that is not JSON fails when it is written). A per-key
+    handle stores this form, so what a read returns never depends on whether the value went
+    through a checkpoint, a restore or a page on disk since it was written: the output of a replayed
+    epoch equals the first run's wherever its boundaries fall."""
+    kind = type(value)
+    if kind in _JSON_SCALARS:
+        return value
+    if kind is list:
+        if _JSON_SCALARS.issuperset(map(type, value)):
+            return value
+        return [json_form(v) for v in value]
+    if kind is tuple:
+        return [json_form(v) for v in value]
+    if kind is dict and all(type(k) is str for k in value):
+        return {k: json_form(value[k]) for k in sorted(value)}
+    return value
+
+
 class StateTable:
     """Storage of one named state; see module docstring. Not thread-safe (one subtask, one thread)."""
 

@@ -225,3 +225,20 @@ def test_peeking_a_large_queue_reads_only_about_limit_entries() -> None:
         heapq.heappop = real_pop  # type: ignore[assignment]
     assert len(entries) == 50 and entries == sorted(entries)
     assert calls <= 51
+
+
+def test_per_key_handles_store_values_in_the_form_a_checkpoint_gives_back() -> None:
+    """Tuples as lists and dict keys sorted, nested, at write: a read is the same before and after a
+    checkpoint, a restore or a page on disk (a replayed epoch emits what the first run emitted)."""
+    backend = _backend()
+    backend.set_current_key(1)
+    value = backend.get_state(ValueStateDescriptor[Any]("v"))
+    value.update({"b": (1, 2), "a": [{"z": 1, "y": (3,)}]})
+    assert repr(value.value()) == "{'a': [{'y': [3], 'z': 1}], 'b': [1, 2]}"
+    items = backend.get_state(ListStateDescriptor[Any]("l"))
+    items.add((1, "x"))
+    items.add_all([(2,), {"q": 1, "p": 2}])
+    assert repr(items.get()) == "[[1, 'x'], [2], {'p': 2, 'q': 1}]"
+    pairs = backend.get_state(MapStateDescriptor[Any, Any]("m"))
+    pairs.put(("k", 1), (5, 6))  # the user key stays a tuple (a key type), the value becomes a list
+    assert pairs.items() == [(("k", 1), [5, 6])]
