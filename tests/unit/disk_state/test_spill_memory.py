@@ -8,19 +8,23 @@ above the warmed-up baseline (VmHWM - VmRSS before) must stay under the budget p
 Measured (2026, 16 MB budget, 164 MB on disk): 17.3 MB with Arrow's default mimalloc pool (after
 ``release_unused``), 16.1 MB with jemalloc, 33.8 MB before the store released freed memory; with the
 write buffer at budget/16 and run files of about the budget (session 14): 15-17 MB in three runs
-(load, epochs and iteration alike). So the peak sits at the budget, not reliably under it: SLACK
-records that gap, not a goal. The store's own accounting (``peak_memory_bytes``) stays under the
-budget (``tests/unit/runtime/test_spill_state.py``)"""
+(load, epochs and iteration alike); 18-23 MB in session 15, the more so on a busy machine: mimalloc
+returns freed pages to the OS after a delay, so the peak depended on timing. The child now runs with
+``MIMALLOC_PURGE_DELAY=0`` (pages returned at once; operators set it the same way, see
+docs/operations.md): 14.9-16.0 MB in four runs, under the budget. SLACK covers noise, not a gap.
+The store's own accounting (``peak_memory_bytes``) stays under the budget
+(``tests/unit/runtime/test_spill_state.py``)"""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
 
 BUDGET_MB = 16
-SLACK = 1.25
+SLACK = 1.1
 CHILD = r"""
 import json, sys, tempfile
 from pathlib import Path
@@ -67,6 +71,7 @@ with tempfile.TemporaryDirectory() as tmp:
 def test_peak_rss_stays_under_the_budget_with_state_ten_times_larger() -> None:
     out = subprocess.run(
         [sys.executable, "-c", CHILD, str(BUDGET_MB)],
+        env={**os.environ, "MIMALLOC_PURGE_DELAY": "0"},
         capture_output=True,
         text=True,
         check=True,
