@@ -54,7 +54,8 @@ postgres-deps: ## PostgreSQL server for the Postgres sink tests (Debian postgres
 	fi
 
 test: lint browser-deps postgres-deps ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow, Chromium, PostgreSQL)
-	$(BIN)/pytest
+	$(BIN)/pytest tests/integration tests/chaos tests/security
+	$(BIN)/pytest -n 2 tests/unit
 
 demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite
 	PYTHONPATH=plugins:. $(BIN)/python deploy/demo.py $(DEMO_ARGS)

@@ -191,11 +191,11 @@ def two_runs(index: int, tmp: Path) -> Round:
 
 def restore_during_run(index: int, tmp: Path) -> Round:
     """Even rounds: the restore must be refused while the run holds the lease. The run is long
-    (30 epochs) so the restore starts while it runs; a round where the run nevertheless ended
+    (12 epochs) so the restore starts while it runs; a round where the run nevertheless ended
     before the restore did decides nothing, so it is repeated with a run twice as long (up to
     three tries). Odd rounds wait for the lease (``--wait``): the restore runs after the run."""
     wait = bool(index % 2)
-    epochs = 8 if wait else 30
+    epochs = 8 if wait else 12
     for attempt in range(3):
         r, inconclusive = _restore_during_run(index, tmp / f"try{attempt}", epochs, wait)
         if not inconclusive:

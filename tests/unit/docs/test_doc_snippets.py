@@ -144,6 +144,9 @@ def test_make_demo_and_make_test_are_the_targets_ci_and_the_demo_test_run() -> N
     for cmd in documented:
         assert cmd.split()[1] in targets, f"`{cmd}` is documented but the Makefile has no such target"
     assert "pytest" in targets["test"]
+    suites = sorted(p.name for p in (ROOT / "tests").iterdir() if p.is_dir() and any(p.rglob("test_*.py")))
+    missing = [s for s in suites if f"tests/{s}" not in targets["test"]]
+    assert not missing, f"make test runs pytest per test directory and misses {missing}: add them"
     assert re.search(r"^test:\s*lint\b", (ROOT / "Makefile").read_text(), re.M), "make test must lint first"
     ci = (ROOT / ".ci" / "run").read_text()
     assert re.search(r"^make test\b", ci, re.M), ".ci/run must call make test"
