@@ -357,6 +357,7 @@ def run(
     epochal: bool,
     budget_mb: int,
     save: Callable[[dict[str, Any]], None] = lambda _: None,
+    per_key: bool = False,
 ) -> dict[str, Any]:
     """Every variant, then (``epochal``) ``spill_job``; ``save`` gets the results so far after
     each one (a long run leaves its finished parts behind)."""
@@ -416,7 +417,7 @@ def run(
 
         _log("epochal: bench.spill_job.run on the same size")
         with tempfile.TemporaryDirectory(prefix="epochal-spill-peer-run-") as tmp:
-            out["epochal"] = spill_job.run(keys, budget_mb, epochs, Path(tmp))
+            out["epochal"] = spill_job.run(keys, budget_mb, epochs, Path(tmp), per_key=per_key)
         out["epochal"]["budget_mb"] = budget_mb
         save(out)
     return out
@@ -457,9 +458,12 @@ def report(r: dict[str, Any], argv: str) -> str:
         )
     ep = r.get("epochal")
     if ep:
+        function = (
+            "KeyedProcessFunction" if ep.get("function", "").startswith("Keyed") else "BatchProcessFunction"
+        )
         for mode, m in ep["median"].items():
             lines.append(
-                f"| Epochal | `BatchProcessFunction` | {mode} | - | {m['wall_s']:.3f} s | "
+                f"| Epochal | `{function}` | {mode} | - | {m['wall_s']:.3f} s | "
                 f"{m['checkpoint_s']:.3f} s (checkpoint) | {m['bytes_written'] / 1e6:.2f} MB | "
                 f"{ep['state_rows']:,} | - | {ep['same_state']} (between its modes) |"
             )
@@ -494,6 +498,9 @@ def main(argv: list[str] | None = None) -> int:
         "--epochal", action="store_true", help="also run bench.spill_job.run on the same size"
     )
     parser.add_argument("--budget-mb", type=int, default=1, help="spill_job's budget (with --epochal)")
+    parser.add_argument(
+        "--per-key", action="store_true", help="with --epochal: spill_job's KeyedProcessFunction version"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--name", default="spill_peer")
     args = parser.parse_args(argv)
@@ -515,6 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             args.epochal,
             args.budget_mb,
             save,
+            args.per_key,
         )
     print(report(result, command))
     return 0

@@ -25,7 +25,9 @@ from spark_jobs.sources.generator import DEFAULT_START_MS, GeneratorSource
 from state_store.core import CompletedCheckpointStore, JobLayout, killpoints
 from state_store.core.state import ListStateDescriptor, MapStateDescriptor, ValueStateDescriptor
 from state_store.storage import open_store
-from state_store.testing import KillAt, ManualClock, SimulatedCrash
+from state_store.testing import ManualClock
+from tests.unit.runtime import spill_epochs
+from tests.unit.runtime.spill_epochs import run_epochs
 from tests.unit.runtime.test_spill_state import with_amount_and_trail
 
 STEP = 10_000
@@ -111,41 +113,17 @@ def job_of(parallelism: int, spill: bool, state_dir: Path) -> Job:
 def run(
     uri: str, spill: bool | list[bool], state_dir: Path, epochs: int = 6, kill: str | None = None
 ) -> tuple[list[str], dict[str, Any]]:
-    clock = ManualClock(DEFAULT_START_MS)
-    crashed = False
     modes = spill if isinstance(spill, list) else [spill] * epochs
-    for epoch in range(epochs):
-        job = job_of(SCALES[epoch], modes[epoch], state_dir)
-        clock.advance(STEP)
-        if kill is not None and epoch >= 1 and not crashed:
-            try:
-                report = run_cycle(job, uri, clock, executor="local", kill=KillAt(kill))  # type: ignore[arg-type]
-            except SimulatedCrash:
-                crashed = True
-                assert run_cycle(job, uri, clock, executor="local").status in ("completed", "skipped")
-                continue
-        else:
-            report = run_cycle(job, uri, clock, executor="local")
-        assert report.status == "completed", report
-    assert kill is None or crashed, f"no cycle reached kill point {kill}"
+    run_epochs(lambda p, s: job_of(p, s, state_dir), uri, SCALES[:epochs], modes, STEP, kill)
     return outcome(uri)
 
 
 def outcome(uri: str) -> tuple[list[str], dict[str, Any]]:
-    """The committed output rows and the state digest of the latest completed checkpoint."""
-    store = open_store(uri)
-    rows = read_committed(store, "visits", "out").to_pylist()
-    completed, _ = CompletedCheckpointStore.recover(store, JobLayout("visits"), 1)
-    latest = completed.latest()
-    assert latest is not None
-    return sorted(repr(sorted(r.items())) for r in rows), state_digest(store, latest.metadata, MAXP)
+    return spill_epochs.outcome(uri, "visits", MAXP)
 
 
 def latest_tasks(uri: str) -> list[Any]:
-    completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout("visits"), 1)
-    latest = completed.latest()
-    assert latest is not None
-    return [t for t in latest.metadata.tasks if t.task.uid == "visits"]
+    return spill_epochs.latest_tasks(uri, "visits", "visits")
 
 
 @pytest.fixture(scope="module")

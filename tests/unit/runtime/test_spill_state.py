@@ -37,7 +37,9 @@ from state_store.core.state.backend import shared_key_group_cache
 from state_store.monitoring.html import detail_page
 from state_store.monitoring.reader import CheckpointStats
 from state_store.storage import open_store
-from state_store.testing import KillAt, ManualClock, SimulatedCrash
+from state_store.testing import ManualClock
+from tests.unit.runtime import spill_epochs
+from tests.unit.runtime.spill_epochs import run_epochs
 
 STEP = 10_000
 IDLE_MS = 25_000
@@ -119,43 +121,17 @@ def job_of(parallelism: int, spill: bool, state_dir: Path, cap: int = 1_000_000)
 def run(
     uri: str, spill: bool | list[bool], state_dir: Path, epochs: int = 6, kill: str | None = None
 ) -> tuple[list[str], dict[str, Any]]:
-    clock = ManualClock(DEFAULT_START_MS)
-    crashed = False
     modes = spill if isinstance(spill, list) else [spill] * epochs
-    for epoch in range(epochs):
-        job = job_of(SCALES[epoch], modes[epoch], state_dir)
-        clock.advance(STEP)
-        if kill is not None and epoch >= 1 and not crashed:
-            try:
-                report = run_cycle(job, uri, clock, executor="local", kill=KillAt(kill))  # type: ignore[arg-type]
-            except SimulatedCrash:
-                crashed = True
-                assert run_cycle(job, uri, clock, executor="local").status in ("completed", "skipped")
-                continue
-        else:
-            report = run_cycle(job, uri, clock, executor="local")
-        assert report.status == "completed", report
-    assert kill is None or crashed, f"no cycle reached kill point {kill}"
+    run_epochs(lambda p, s: job_of(p, s, state_dir), uri, SCALES[:epochs], modes, STEP, kill)
     return outcome(uri)
 
 
 def outcome(uri: str) -> tuple[list[str], dict[str, Any]]:
-    """The committed output rows and the state digest of the latest completed checkpoint."""
-    store = open_store(uri)
-    rows = read_committed(store, "wide", "out").to_pylist()
-    completed, _ = CompletedCheckpointStore.recover(store, JobLayout("wide"), 1)
-    latest = completed.latest()
-    assert latest is not None
-    out = sorted(repr((r["user_id"], r["count"], r["total"], r["expired"], r["_ts"])) for r in rows)
-    return out, state_digest(store, latest.metadata, MAXP)
+    return spill_epochs.outcome(uri, "wide", MAXP)
 
 
 def latest_tasks(uri: str) -> list[Any]:
-    """The task snapshots of ``totals`` in the latest completed checkpoint."""
-    completed, _ = CompletedCheckpointStore.recover(open_store(uri), JobLayout("wide"), 1)
-    latest = completed.latest()
-    assert latest is not None
-    return [t for t in latest.metadata.tasks if t.task.uid == "totals"]
+    return spill_epochs.latest_tasks(uri, "wide", "totals")
 
 
 def spill_entries(uri: str) -> list[dict[str, Any]]:
