@@ -18,7 +18,7 @@ import pyarrow as pa
 
 from spark_jobs.api.functions import CoProcessFunction, KeyedProcessFunction
 from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_column
-from spark_jobs.runtime.operators.base import OperatorContext
+from spark_jobs.runtime.operators.base import OperatorContext, OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.spill_rows import SpillKeyedRows
 from spark_jobs.runtime.spill_state import normal_keys
@@ -134,6 +134,11 @@ class ProcessOperator(KeyedOperator):
     def process_watermark(self, timestamp: int) -> None:
         self.timers.advance_processing_time(self.now_ms())
         super().process_watermark(timestamp)
+
+    def snapshot(self, checkpoint_id: int) -> OperatorSnapshot:
+        if self.spill is not None and self.spill.paged_keys:  # never between chunks; a snapshot must
+            self.spill.page_out(self.backend)  # find every key's state in the store all the same
+        return super().snapshot(checkpoint_id)
 
     def flush_timer_output(self) -> None:
         """After a chunk or a watermark advance: state back to disk (if kept there), rows downstream."""
