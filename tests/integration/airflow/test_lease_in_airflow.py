@@ -33,9 +33,9 @@ def test_a_restore_dag_run_during_an_epoch_dag_run_defers_then_restores_and_outp
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
 
     epoch_log = tmp_path / "epoch.log"  # a file, not a pipe: a full pipe would stall the run
-    epoch = subprocess.Popen(  # its complete_checkpoint stalls 40 s before deciding: the job stays busy
+    epoch = subprocess.Popen(  # its complete_checkpoint stalls 30 s before deciding: the job stays busy
         [epoch_env["AIRFLOW_BIN"], "dags", "test", DAG, logical_date(2)],
-        env={**epoch_env, "EPOCHAL_FAULT": "before_decision@2", "EPOCHAL_FAULT_MODE": "pause:40"},
+        env={**epoch_env, "EPOCHAL_FAULT": "before_decision@2", "EPOCHAL_FAULT_MODE": "pause:30"},
         stdout=epoch_log.open("w"),
         stderr=subprocess.STDOUT,
         text=True,

@@ -97,8 +97,8 @@ def job_of(parallelism: int, spill: bool, state_dir: Path) -> Job:
         state_dir=str(state_dir),
     )
     source = GeneratorSource(
-        uid="clicks", partitions=2, seed=7, events_per_second=[300, 200], out_of_orderness_ms=[1_500, 500],
-        keys=12_000, start_ms=DEFAULT_START_MS,
+        uid="clicks", partitions=2, seed=7, events_per_second=[200, 120], out_of_orderness_ms=[1_500, 500],
+        keys=8_000, start_ms=DEFAULT_START_MS,
     )  # fmt: skip
     (
         job.source(source, uid="clicks", out_of_orderness_ms=1_500)
