@@ -24,7 +24,7 @@ snapshot (``SpillPart.kinds``), so the canonical rows (savepoints, a heap-backed
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +153,17 @@ class SpillKeyedRows(SpillValueState):
     def page_keys(self) -> int:
         """How many keys a page holds: its budget over the size of a key's state (at least 16)."""
         return max(16, self.page_budget // self._key_bytes)
+
+    def pages(self, backend: KeyedStateBackend, keys: Sequence[Any]) -> Iterator[tuple[int, int]]:
+        """``(start, stop)`` spans of ``keys``, a page each, in order: each span's keys are paged in
+        before it is yielded and out after the caller is done with it."""
+        start = 0
+        while start < len(keys):
+            stop = min(len(keys), start + self.page_keys)
+            self.page_in(backend, keys[start:stop])
+            yield start, stop
+            self.page_out(backend)
+            start = stop
 
     def page_in(self, backend: KeyedStateBackend, keys: Sequence[Any]) -> None:
         """Load the state of ``keys`` (owned by the subtask; those paged in already are skipped)

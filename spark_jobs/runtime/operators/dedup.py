@@ -27,7 +27,6 @@ from spark_jobs.runtime.operators.dedup_columns import SeenKeys
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.operators.window_columns import Refused, unfit_keys
 from spark_jobs.runtime.spill_rows import SpillKeyedRows
-from spark_jobs.runtime.spill_state import normal_keys
 from state_store.core.state import KeyedStateSnapshot, StateKind, StateTtlConfig, ValueStateDescriptor
 
 COLUMNAR = True
@@ -143,24 +142,12 @@ class DeduplicateOperator(KeyedOperator):
         uniques, indices = distinct_keys(keys)
         _, first_rows = np.unique(indices, return_index=True)
         bulk = self.backend.bulk(self.seen)
-        spill = self.spill
-        if spill is not None:
-            normal_keys(keys, spill.what)  # a key type the disk cannot hold fails here, in one line
-            self.owned_key_groups(uniques)  # a key of another subtask never reaches the store
         fresh: list[int] = []
-        start = 0
-        while start < len(uniques):
-            stop = len(uniques) if spill is None else start + spill.page_keys
-            page = uniques[start:stop]
-            if spill is not None:
-                spill.page_in(self.backend, page)
-            unseen = [start + i for i, s in enumerate(bulk.get_many(page)) if not s]
+        for start, stop in self.key_pages(keys, uniques):
+            unseen = [start + i for i, s in enumerate(bulk.get_many(uniques[start:stop])) if not s]
             if unseen:
                 bulk.put_many([uniques[i] for i in unseen], [True] * len(unseen))
-            if spill is not None:
-                spill.page_out(self.backend)
             fresh += unseen
-            start = stop
         return np.sort(first_rows[fresh]) if fresh else np.zeros(0, dtype=np.int64)
 
     def _demote(self) -> None:

@@ -4,7 +4,7 @@ key groups the subtask owns, both restored before ``open`` returns."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +13,8 @@ import pyarrow as pa
 
 from spark_jobs.runtime.keys import KeySpec, key_column, key_groups
 from spark_jobs.runtime.operators.base import Operator, OperatorContext, OperatorRestore, OperatorSnapshot
-from spark_jobs.runtime.spill_state import SpillPart, SpillValueState, claim_directory
+from spark_jobs.runtime.spill_rows import SpillKeyedRows
+from spark_jobs.runtime.spill_state import SpillPart, SpillValueState, claim_directory, normal_keys
 from state_store.core.keygroups import key_group_of
 from state_store.core.state import KeyedStateBackend
 from state_store.core.stream.timers import InternalTimer, TimerService
@@ -139,6 +140,19 @@ class KeyedOperator(Operator):
             "state_on_disk_bytes": self.spill.disk_bytes,
             "state_memory_peak_bytes": self.spill.peak_memory_bytes,
         }
+
+    def key_pages(self, keys: pa.Array, uniques: list[Any]) -> Iterator[tuple[int, int]]:
+        """Spans of ``uniques`` (the distinct keys of ``keys``) to process in turn: all at once with
+        the state in memory; a page at a time with a per-key store on disk, each paged in before its
+        span is yielded and out after (a key type the disk cannot hold, or a key of another
+        subtask, raises first, before the store is touched)."""
+        spill = self.spill
+        if not isinstance(spill, SpillKeyedRows):
+            yield 0, len(uniques)
+            return
+        normal_keys(keys, spill.what)
+        self.owned_key_groups(uniques)
+        yield from spill.pages(self.backend, uniques)
 
     def owned_key_groups(self, keys: list[Any] | pa.Array) -> np.ndarray:
         """The key group of every key; a key outside the subtask's range raises KeyOutOfRangeError."""

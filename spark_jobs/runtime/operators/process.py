@@ -21,7 +21,6 @@ from spark_jobs.runtime.keys import KeySpec, distinct_keys, key_column
 from spark_jobs.runtime.operators.base import OperatorContext, OperatorSnapshot
 from spark_jobs.runtime.operators.keyed import KeyedOperator
 from spark_jobs.runtime.spill_rows import SpillKeyedRows
-from spark_jobs.runtime.spill_state import normal_keys
 from state_store.core.stream.timers import InternalTimer, TimeDomain
 
 _NS = "user"
@@ -94,24 +93,14 @@ class ProcessOperator(KeyedOperator):
         records = batch.to_pylist()
         order = np.argsort(indices, kind="stable")
         bounds = np.searchsorted(indices[order], np.arange(len(uniques) + 1))
-        spill = self.spill
-        if spill is not None:
-            normal_keys(keys, spill.what)  # a key type the disk cannot hold fails here, in one line
-            self.owned_key_groups(uniques)  # a key of another subtask never reaches the store
-        start = 0
-        while start < len(uniques):  # keys in order of first appearance, a page at a time on disk
-            stop = len(uniques) if spill is None else start + spill.page_keys
-            if spill is not None:
-                spill.page_out(self.backend)
-                spill.page_in(self.backend, uniques[start:stop])
-            for k in range(start, min(stop, len(uniques))):
+        for start, stop in self.key_pages(keys, uniques):  # keys in order of first appearance
+            for k in range(start, stop):
                 key = uniques[k]
                 rows = [records[i] for i in order[bounds[k] : bounds[k + 1]]]
                 self.backend.set_current_key(key)
                 self.context.key = key
                 self.context.ts = max((r.get("_ts") or 0) for r in rows)
                 call(key, rows, self.context)
-            start = stop
         self.flush_timer_output()
 
     def on_event_time(self, timer: InternalTimer[Any, Any]) -> None:
