@@ -54,7 +54,7 @@ postgres-deps: ## PostgreSQL server for the Postgres sink tests (Debian postgres
 	fi
 
 test: lint browser-deps postgres-deps ## Lint, then the whole pytest suite (unit + integration: SeaweedFS, Spark, Airflow, Chromium, PostgreSQL)
-	$(BIN)/pytest tests/integration tests/chaos tests/security
+	$(BIN)/pytest -n 2 --dist loadfile tests/integration tests/chaos tests/security
 	$(BIN)/pytest -n 2 --dist worksteal tests/unit
 
 demo: $(STAMP) ## The example pipeline end to end: local store, Spark local[*], Airflow with SQLite

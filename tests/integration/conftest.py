@@ -29,15 +29,27 @@ def s3_store(seaweedfs: SeaweedFSServer) -> S3ObjectStore:
 @pytest.fixture(scope="session")
 def spark(seaweedfs: SeaweedFSServer) -> Iterator[object]:
     """A local[2] SparkSession whose Python workers can reach the SeaweedFS S3 server: credentials
-    go through the standard AWS environment variables (set before the JVM starts its workers)."""
+    go through the standard AWS environment variables, in this process and as the session's
+    ``spark.executorEnv`` (the JVM may have started earlier in this process, for another test's
+    ``driver_spark`` session, which is stopped first so that this one is really new)."""
     import os
+
+    from pyspark.sql import SparkSession
 
     from spark_jobs.runtime.spark_session import get_spark
 
-    os.environ["AWS_ACCESS_KEY_ID"] = seaweedfs.access_key
-    os.environ["AWS_SECRET_ACCESS_KEY"] = seaweedfs.secret_key
-    os.environ["AWS_DEFAULT_REGION"] = seaweedfs.region
-    session = get_spark("local[2]", "epochal-tests")
+    credentials = {
+        "AWS_ACCESS_KEY_ID": seaweedfs.access_key,
+        "AWS_SECRET_ACCESS_KEY": seaweedfs.secret_key,
+        "AWS_DEFAULT_REGION": seaweedfs.region,
+    }
+    os.environ.update(credentials)
+    earlier = SparkSession.getActiveSession()
+    if earlier is not None:
+        earlier.stop()
+    session = get_spark(
+        "local[2]", "epochal-tests", {f"spark.executorEnv.{k}": v for k, v in credentials.items()}
+    )
     session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
