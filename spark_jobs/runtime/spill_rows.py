@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from spark_jobs.runtime.spill_state import ROWS_FORM, SpillSource, SpillValueState
@@ -75,6 +76,8 @@ class SpillKeyedRows(SpillValueState):
         )
         self._kinds: dict[str, StateKind] = {}
         self._paged: dict[Any, str | None] = {}
+        self._paged_groups: dict[Any, int] = {}
+        """The key group of every paged-in key (hashed once per page, passed to the store)."""
         """Keys paged in since the last page out, and their text as read (None: no state)."""
         self._paged_bytes = 0
         self.page_peak_bytes = 0
@@ -154,34 +157,43 @@ class SpillKeyedRows(SpillValueState):
         """How many keys a page holds: its budget over the size of a key's state (at least 16)."""
         return max(16, self.page_budget // self._key_bytes)
 
-    def pages(self, backend: KeyedStateBackend, keys: Sequence[Any]) -> Iterator[tuple[int, int]]:
+    def pages(
+        self, backend: KeyedStateBackend, keys: Sequence[Any], groups: np.ndarray | None = None
+    ) -> Iterator[tuple[int, int]]:
         """``(start, stop)`` spans of ``keys``, a page each, in order: each span's keys are paged in
-        before it is yielded and out after the caller is done with it."""
+        before it is yielded and out after the caller is done with it. ``groups``: the keys' key
+        groups when the caller has them already."""
         start = 0
         while start < len(keys):
             stop = min(len(keys), start + self.page_keys)
-            self.page_in(backend, keys[start:stop])
+            self.page_in(backend, keys[start:stop], None if groups is None else groups[start:stop])
             yield start, stop
             self.page_out(backend)
             start = stop
 
-    def page_in(self, backend: KeyedStateBackend, keys: Sequence[Any]) -> None:
+    def page_in(
+        self, backend: KeyedStateBackend, keys: Sequence[Any], groups: np.ndarray | None = None
+    ) -> None:
         """Load the state of ``keys`` (owned by the subtask; those paged in already are skipped)
-        from the store into ``backend``."""
-        new = [key for key in keys if key not in self._paged]
-        if not new:
+        from the store into ``backend``. ``groups``: the keys' key groups, if known."""
+        fresh = [i for i, key in enumerate(keys) if key not in self._paged]
+        if not fresh:
             return
-        texts = self.get(pa.array(new)).column(ROWS).to_pylist()
+        new = [keys[i] for i in fresh]
+        key_array = pa.array(new)
+        new_groups = self._groups(key_array) if groups is None else groups[fresh]
+        texts = self.get(key_array, new_groups).column(ROWS).to_pylist()
         decoded = []
-        for key, text in zip(new, texts):
+        for key, kg, text in zip(new, new_groups.tolist(), texts):
             self._paged[key] = text
+            self._paged_groups[key] = kg
             if text is not None:
                 self._paged_bytes += len(text)
-                decoded.append((backend.key_group_of(key), decode_key_rows(key, text)))
+                decoded.append((kg, decode_key_rows(key, text)))
         self.page_peak_bytes = max(self.page_peak_bytes, self._paged_bytes)
-        groups, kinds = merged_states(decoded)
+        states, kinds = merged_states(decoded)
         self._note_kinds(kinds)
-        backend.page_in(groups, kinds)
+        backend.page_in(states, kinds)
 
     def page_out(self, backend: KeyedStateBackend) -> None:
         """Write the keys whose state changed back to the store, delete the keys whose state is
@@ -203,13 +215,24 @@ class SpillKeyedRows(SpillValueState):
             self._key_bytes = max(1, held // len(texts), self._key_bytes // 2)
         changed = [key for key, text in texts.items() if text != self._paged.get(key)]
         gone = [key for key, text in self._paged.items() if text is not None and key not in texts]
-        self._paged, self._paged_bytes = {}, 0
+        known = self._paged_groups
+        self._paged, self._paged_groups, self._paged_bytes = {}, {}, 0
         if changed:
-            self.put(pa.array(changed), self._texts({k: texts[k] for k in changed}, expiries))
+            self.put(
+                pa.array(changed), self._texts({k: texts[k] for k in changed}, expiries), _of(changed, known)
+            )
         if gone:
-            self.delete(pa.array(gone))
+            self.delete(pa.array(gone), _of(gone, known))
 
     @property
     def peak_memory_bytes(self) -> int:
         """The store's peak plus the largest page of texts held at once (an upper bound of both)."""
         return super().peak_memory_bytes + self.page_peak_bytes
+
+
+def _of(keys: list[Any], known: dict[Any, int]) -> np.ndarray | None:
+    """The key groups of ``keys`` if all were paged in (a key a timer created may not have been)."""
+    try:
+        return np.fromiter((known[key] for key in keys), dtype=np.int32, count=len(keys))
+    except KeyError:
+        return None

@@ -499,12 +499,13 @@ class SpillValueState:
     def set_now(self, now_ms: int) -> None:
         """The epoch's processing time (value state has no TTL: nothing to do)."""
 
-    def get(self, keys: pa.Array) -> pa.Table:
-        """One row per key: the fields of ``schema`` (nulls where a key has no state)."""
+    def get(self, keys: pa.Array, groups: np.ndarray | None = None) -> pa.Table:
+        """One row per key: the fields of ``schema`` (nulls where a key has no state).
+        ``groups``: the keys' key groups when the caller has them already."""
         keys = self._keys(keys)
         if self.store is None or not len(keys):
             return pa.table({f.name: pa.nulls(len(keys), f.type) for f in self.schema}, schema=self.schema)
-        values = self.store.get(self._groups(keys), keys)
+        values = self.store.get(self._groups(keys) if groups is None else groups, keys)
         if not len(self.schema):
             return pa.table({}, schema=self.schema).slice(0, 0)
         # flatten: a key without state is a null struct, and its fields must read as nulls too

@@ -314,11 +314,11 @@ class SpillStore:
                 if source is not None:
                     held += batch.nbytes
                     self._held(held)
-                hit = pc.index_in(want, value_set=batch.column("key")).to_numpy(zero_copy_only=False)
-                new = todo & ~np.isnan(hit.astype(np.float64))
+                hit = _find(batch.column("key"), want)
+                new = todo & (hit >= 0)
                 if new.any():
                     positions.append(idx[new])
-                    found.append(batch.column("value").take(pa.array(hit[new].astype(np.int64))))
+                    found.append(batch.column("value").take(pa.array(hit[new])))
                     todo &= ~new
         _release()
         if not positions:
@@ -385,6 +385,26 @@ class SpillStore:
     def __repr__(self) -> str:
         r = self.key_group_range
         return f"SpillStore({os.fspath(self.directory)!r}, {r.first}..{r.last}, runs={len(self._runs)})"
+
+
+def _find(sorted_keys: pa.Array, want: pa.Array) -> np.ndarray:
+    """The row of each of ``want`` in ``sorted_keys`` (ascending, distinct), -1 where it is absent.
+
+    Integer keys: a binary search (``np.searchsorted``, m log n). Other keys: a hash set of the m
+    wanted keys probed by the n sorted ones, then a hash of the (at most m) matches -- never a hash
+    table of the whole key group, which cost most of a read when 1% of the keys are looked up."""
+    if not len(sorted_keys):
+        return np.full(len(want), -1, dtype=np.int64)
+    if pa.types.is_integer(sorted_keys.type):
+        keys, wanted = sorted_keys.to_numpy(), want.to_numpy()
+        rows = np.minimum(np.searchsorted(keys, wanted), len(keys) - 1).astype(np.int64)
+        return np.where(keys[rows] == wanted, rows, -1)
+    matches = pc.indices_nonzero(pc.is_in(sorted_keys, value_set=want)).to_numpy()
+    if not len(matches):
+        return np.full(len(want), -1, dtype=np.int64)
+    hit = pc.index_in(want, value_set=sorted_keys.take(pa.array(matches))).to_numpy(zero_copy_only=False)
+    present = ~np.isnan(hit.astype(np.float64))
+    return np.where(present, matches[np.where(present, hit, 0).astype(np.int64)], -1).astype(np.int64)
 
 
 def _copied(batch: pa.RecordBatch) -> pa.RecordBatch:

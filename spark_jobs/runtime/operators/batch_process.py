@@ -109,6 +109,9 @@ class BatchProcessOperator(KeyedOperator):
         self.schema: pa.Schema = fn.state_schema
         self.descriptor = ValueStateDescriptor[list[Any]](BATCH_STATE)
         self._fired: list[tuple[Any, int]] = []
+        self._chunk_keys: pa.Array = pa.array([], pa.null())
+        """The distinct keys of the latest chunk, and their key groups (``_groups_of``)."""
+        self._chunk_groups = np.zeros(0, dtype=np.int32)
 
     def open_spill(
         self, ctx: OperatorContext, claimed: tuple[Path, int], budget_bytes: int
@@ -125,9 +128,10 @@ class BatchProcessOperator(KeyedOperator):
     def process_batch(self, batch: pa.RecordBatch) -> None:
         keys = self.keys_of(batch)
         uniques, _ = distinct_keys(keys)
-        self.owned_key_groups(uniques)
+        self._chunk_keys = pa.array(uniques) if uniques else pa.array([], pa.null())
+        self._chunk_groups = self.owned_key_groups(uniques)
         rows = pa.Table.from_batches([batch]).append_column(KEY, keys)
-        state = self._state_table(uniques)
+        state = self._state_table(uniques, chunk=True)
         ts = batch.column(batch.schema.get_field_index("_ts")) if "_ts" in batch.schema.names else None
         latest = int(pc.max(ts).as_py() or 0) if ts is not None and len(ts) else 0
         ctx = _BatchContext(self)
@@ -135,11 +139,12 @@ class BatchProcessOperator(KeyedOperator):
         self._apply(ctx)
         self._emit(out, latest)
 
-    def _state_table(self, keys: list[Any]) -> pa.Table:
-        """One row per key: ``key`` and the state fields (null where a key has no state)."""
+    def _state_table(self, keys: list[Any], chunk: bool = False) -> pa.Table:
+        """One row per key: ``key`` and the state fields (null where a key has no state).
+        ``chunk``: ``keys`` are the latest chunk's (their key groups are known)."""
         if self.spill is not None:
-            key_array = pa.array(keys) if keys else pa.array([], pa.null())
-            state = self.spill.get(key_array)
+            key_array = self._chunk_keys if chunk else pa.array(keys) if keys else pa.array([], pa.null())
+            state = self.spill.get(key_array, self._chunk_groups if chunk else None)
             return pa.Table.from_arrays([key_array, *state.columns], names=[KEY, *self.schema.names])
         stored = self.backend.bulk(self.descriptor).get_many(keys)
         columns: dict[str, Any] = {KEY: pa.array(keys) if keys else pa.array([], pa.null())}
@@ -158,9 +163,21 @@ class BatchProcessOperator(KeyedOperator):
         assert self.spill is not None
         for table in ctx.updates:
             keys = table.column(KEY).combine_chunks()
-            self.spill.put(keys, table, self.owned_key_groups(keys))  # the store keeps a key's last row
+            self.spill.put(keys, table, self._groups_of(keys))  # the store keeps a key's last row
         for keys in ctx.clears:
-            self.spill.delete(keys, self.owned_key_groups(keys))
+            self.spill.delete(keys, self._groups_of(keys))
+
+    def _groups_of(self, keys: pa.Array) -> np.ndarray:
+        """The key group of each of ``keys``: looked up among the chunk's keys (hashed once per
+        chunk), hashed (and checked to be this subtask's) only for keys the chunk did not have."""
+        if not len(keys) or not keys.type.equals(self._chunk_keys.type):
+            return self.owned_key_groups(keys)
+        at = pc.index_in(keys, value_set=self._chunk_keys).to_numpy(zero_copy_only=False)
+        known = ~np.isnan(at.astype(np.float64))
+        if not known.all():
+            return self.owned_key_groups(keys)
+        groups: np.ndarray = self._chunk_groups[at.astype(np.int64)]
+        return groups
 
     def _apply_heap(self, ctx: _BatchContext) -> None:
         bulk = self.backend.bulk(self.descriptor)

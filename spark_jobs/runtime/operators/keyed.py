@@ -151,8 +151,7 @@ class KeyedOperator(Operator):
             yield 0, len(uniques)
             return
         normal_keys(keys, spill.what)
-        self.owned_key_groups(uniques)
-        yield from spill.pages(self.backend, uniques)
+        yield from spill.pages(self.backend, uniques, self.owned_key_groups(uniques))
 
     def owned_key_groups(self, keys: list[Any] | pa.Array) -> np.ndarray:
         """The key group of every key; a key outside the subtask's range raises KeyOutOfRangeError."""

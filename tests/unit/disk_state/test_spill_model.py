@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,10 +18,15 @@ from state_store.spill import RunFile, SpillSnapshot, SpillStore, restore
 
 MAX_P = 8
 FULL = KeyGroupRange(0, MAX_P - 1)
-KEYS = [f"k{i}".encode() for i in range(24)]
+KEYS_OF: dict[str, list[object]] = {
+    "binary": [f"k{i}".encode() for i in range(24)],
+    "int64": [(i - 12) * 7_919_003 for i in range(22)] + [-(2**63), 2**63 - 1],  # a binary search
+}
+TYPES = {"binary": pa.binary(), "int64": pa.int64()}
+KEYS = KEYS_OF["binary"]
 BUDGET = 1 << 20
 
-keys_st = st.sampled_from(KEYS)
+keys_st = st.integers(0, 23)  # an index into KEYS_OF[key type]
 op_st = st.one_of(
     st.tuples(st.just("put"), st.lists(st.tuples(keys_st, st.integers(-5, 5)), min_size=1, max_size=8)),
     st.tuples(st.just("delete"), st.lists(keys_st, min_size=1, max_size=4)),
@@ -31,7 +37,7 @@ op_st = st.one_of(
 )
 
 
-def kg(key: bytes) -> int:
+def kg(key: object) -> int:
     return key_group_of(key, MAX_P)
 
 
@@ -53,16 +59,16 @@ class Remote:
         return lambda f, path: shutil.copyfile(self.root / f.name, path)
 
 
-def put(store: SpillStore, items: list[tuple[bytes, int]]) -> None:
+def put(store: SpillStore, items: list[tuple[object, int]]) -> None:
     store.put(
         np.array([kg(k) for k, _ in items]),
-        pa.array([k for k, _ in items], pa.binary()),
+        pa.array([k for k, _ in items], store.key_type),
         pa.array([v for _, v in items], pa.int64()),
     )
 
 
-def contents(store: SpillStore) -> dict[bytes, int]:
-    out: dict[bytes, int] = {}
+def contents(store: SpillStore) -> dict[object, int]:
+    out: dict[object, int] = {}
     for group, batch in store.items():
         for k, v in zip(batch.column("key").to_pylist(), batch.column("value").to_pylist(), strict=True):
             assert kg(k) == group
@@ -70,34 +76,50 @@ def contents(store: SpillStore) -> dict[bytes, int]:
     return out
 
 
-def lookups(store: SpillStore) -> dict[bytes, int]:
-    mine = [k for k in KEYS if kg(k) in store.key_group_range]
-    values = store.get(
-        np.array([kg(k) for k in mine], dtype=np.int32), pa.array(mine, pa.binary())
-    ).to_pylist()
+def lookups(store: SpillStore, keys: list[object]) -> dict[object, int]:
+    """Every key of the store's range looked up at once, and again in reverse with repeats."""
+    mine = [k for k in keys if kg(k) in store.key_group_range]
+    values = store.get(np.array([kg(k) for k in mine], dtype=np.int32), pa.array(mine, store.key_type))
+    again = mine[::-1] * 2
+    assert (
+        store.get(
+            np.array([kg(k) for k in again], dtype=np.int32), pa.array(again, store.key_type)
+        ).to_pylist()
+        == values.to_pylist()[::-1] * 2
+    )
+    values = values.to_pylist()
     return {k: v for k, v in zip(mine, values, strict=True) if v is not None}
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("key_type", TYPES)
 @given(ops=st.lists(op_st, max_size=25))
-def test_spill_store_matches_a_dict_model(tmp_path_factory: object, ops: list[tuple[str, object]]) -> None:
+def test_spill_store_matches_a_dict_model(
+    tmp_path_factory: object, key_type: str, ops: list[tuple[str, object]]
+) -> None:
     tmp = Path(tmp_path_factory.mktemp("spill"))  # type: ignore[attr-defined]
     remote = Remote(tmp / "remote")
+    keys = KEYS_OF[key_type]
     store = SpillStore(
-        tmp / "s0", FULL, memory_budget_bytes=BUDGET, key_type=pa.binary(), value_type=pa.int64(), max_runs=2
+        tmp / "s0",
+        FULL,
+        memory_budget_bytes=BUDGET,
+        key_type=TYPES[key_type],
+        value_type=pa.int64(),
+        max_runs=2,
     )
-    model: dict[bytes, int] = {}
+    model: dict[object, int] = {}
     snap: SpillSnapshot | None = None
-    snap_model: dict[bytes, int] = {}
+    snap_model: dict[object, int] = {}
     dirs = iter(range(1, 1000))
     for op, arg in ops:
         if op == "put":
-            items = list(arg)  # type: ignore[call-overload]
+            items = [(keys[i], v) for i, v in arg]  # type: ignore[attr-defined]
             put(store, items)
             model.update(items)
         elif op == "delete":
-            gone = list(arg)  # type: ignore[call-overload]
-            store.delete(np.array([kg(k) for k in gone]), pa.array(gone, pa.binary()))
+            gone = [keys[i] for i in arg]  # type: ignore[attr-defined]
+            store.delete(np.array([kg(k) for k in gone]), pa.array(gone, store.key_type))
             for k in gone:
                 model.pop(k, None)
         elif op == "flush":
@@ -126,7 +148,7 @@ def test_spill_store_matches_a_dict_model(tmp_path_factory: object, ops: list[tu
                 half, _ = restore(
                     tmp / f"s{next(dirs)}", [(new, remote.fetch())], r, memory_budget_bytes=BUDGET
                 )
-                items = [(k, 100 + i) for i, k in enumerate(KEYS) if kg(k) in r][:3]
+                items = [(k, 100 + i) for i, k in enumerate(keys) if kg(k) in r][:3]
                 if items:
                     put(half, items)
                     model.update(items)
@@ -142,7 +164,7 @@ def test_spill_store_matches_a_dict_model(tmp_path_factory: object, ops: list[tu
                 max_runs=2,
             )
             snap = None
-        assert lookups(store) == model
+        assert lookups(store, keys) == model
     assert contents(store) == model
     store.close()
 
@@ -165,5 +187,5 @@ def test_a_rescaled_subtask_never_reads_key_groups_it_does_not_own(tmp_path: Pat
     merged, stats = restore(
         tmp_path / "merged", [(s, remote.fetch()) for s in snaps], FULL, memory_budget_bytes=BUDGET
     )
-    assert lookups(merged) == {k: (2 if k in changed else 1) for k in KEYS}
+    assert lookups(merged, KEYS) == {k: (2 if k in changed else 1) for k in KEYS}
     assert set(stats.fetched) == {f.name for s in snaps for f in s.files}
