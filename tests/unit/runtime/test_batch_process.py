@@ -173,3 +173,46 @@ def test_a_function_without_a_state_schema_or_with_short_updates_is_refused(tmp_
             ManualClock(DEFAULT_START_MS + STEP),
             executor="local",
         )
+
+
+class CountsAndAMarker(BatchProcessFunction):
+    """Per key its count, and the key ``"all"`` (never in the input) set to 7: an update of a key
+    the chunk does not hold."""
+
+    state_schema = pa.schema([("count", pa.int64())])
+
+    def process(self, rows: pa.Table, state: pa.Table, ctx: Any) -> None:
+        chunk = rows.group_by("key", use_threads=False).aggregate([([], "count_all")])
+        mine = state.take(pc.index_in(chunk.column("key"), state.column("key")))
+        counts = pc.add(pc.coalesce(mine.column("count"), 0), chunk.column("count_all"))
+        ctx.update_state(
+            pa.table(
+                {
+                    "key": pa.concat_arrays([chunk.column("key").combine_chunks(), pa.array(["all"])]),
+                    "count": pa.concat_arrays([counts.combine_chunks(), pa.array([7])]),
+                }
+            )
+        )
+
+
+@pytest.mark.parametrize("memory_mb", [None, 1], ids=["heap", "disk"])
+def test_an_update_of_a_key_outside_the_chunk_is_kept_if_the_subtask_owns_it_and_refused_if_not(
+    tmp_path: Path, memory_mb: int | None
+) -> None:
+    def job(parallelism: int) -> Job:
+        built = job_of(CountsAndAMarker(), parallelism)
+        built.state_memory_mb, built.state_dir = memory_mb, str(tmp_path / "state")
+        return built
+
+    uri = (tmp_path / "store").as_uri()
+    clock = ManualClock(DEFAULT_START_MS + STEP)
+    assert run_cycle(job(1), uri, clock, executor="local").status == "completed"
+    store = open_store(uri)
+    completed, _ = CompletedCheckpointStore.recover(store, JobLayout("totals"), 1)
+    latest = completed.latest()
+    assert latest is not None
+    state = {row[2]: row[4] for row in state_digest(store, latest.metadata, 32)["totals"]}
+    assert state.pop("'all'") == "[7]" and len(state) > 40, state
+    clock.advance(STEP)
+    with pytest.raises(Exception, match=r"key 'all'.*(key group|subtask)"):
+        run_cycle(job(2), uri, clock, executor="local")
