@@ -78,30 +78,40 @@ def test_local_recovery_is_off_inside_spark_tasks_and_changes_nothing(spark: obj
     assert in_process[1] == [{"store"}, {"adopted"}, {"adopted"}]
 
 
+@pytest.mark.parametrize("function", ["batch", "per_key"])
 def test_state_on_disk_in_spark_executors_on_s3_equals_state_in_memory(
-    spark: object, seaweedfs: SeaweedFSServer, tmp_path: Path
+    function: str, spark: object, seaweedfs: SeaweedFSServer, tmp_path: Path
 ) -> None:
-    """``Job(state_memory_mb=1)`` on the Spark executor against SeaweedFS S3: each epoch's tasks fetch
-    their subtask's run files from S3 into a directory of their own, rescale 4 -> 2 included, write
-    back only new runs, and leave no local files; output and state equal the in-process run with
-    the state in memory."""
+    """``Job(state_memory_mb=1)`` on the Spark executor against SeaweedFS S3, for a
+    ``BatchProcessFunction`` (value state) and a ``KeyedProcessFunction`` (value, list and map
+    state, timers): each epoch's tasks fetch their subtask's run files from S3 into a directory of
+    their own, rescale 4 -> 2 included, write back only new runs, and leave no local files; output
+    and state equal the in-process run with the state in memory."""
     from spark_jobs.runtime.cycle import run_cycle
     from spark_jobs.sources.generator import DEFAULT_START_MS
     from state_store.testing import ManualClock
-    from tests.unit.runtime.test_spill_state import STEP, job_of, spill_entries
+    from tests.unit.runtime import spill_epochs, test_spill_keyed_state, test_spill_state
+
+    suite = test_spill_state if function == "batch" else test_spill_keyed_state
+    job_id, uid = ("wide", "totals") if function == "batch" else ("visits", "visits")
 
     def epochs(uri: str, executor: str, spill: bool) -> tuple[list[tuple[object, ...]], dict]:  # type: ignore[type-arg]
         clock = ManualClock(DEFAULT_START_MS)
         for parallelism in (4, 2, 2):
-            clock.advance(STEP)
-            job = job_of(parallelism, spill, tmp_path / "state")
+            clock.advance(suite.STEP)
+            job = suite.job_of(parallelism, spill, tmp_path / "state")
             assert run_cycle(job, uri, clock, executor=executor, spark=spark).status == "completed"
         return committed_rows(uri, job, "out"), final_state(uri, job)
 
-    seaweedfs.make_store("epochal-spill")
-    uri = seaweedfs.uri("epochal-spill", "jobs")
+    bucket = f"epochal-spill-{function.replace('_', '-')}"
+    seaweedfs.make_store(bucket)
+    uri = seaweedfs.uri(bucket, "jobs")
     on_spark = epochs(uri, "spark", True)
     assert on_spark == epochs((tmp_path / "heap").as_uri(), "local", False)
     assert on_spark[0] and on_spark[1]
-    assert len(spill_entries(uri)) == 2  # both subtasks' state is in run files on S3
+    parts = [
+        t.snapshot["spill"] for t in spill_epochs.latest_tasks(uri, job_id, uid) if "spill" in t.snapshot
+    ]
+    assert len(parts) == 2  # both subtasks' state is in run files on S3
+    assert all(p.get("form") == ("rows" if function == "per_key" else None) for p in parts), parts
     assert not list((tmp_path / "state").rglob("*.arrow")), "a Spark task left its spill directory"
