@@ -176,7 +176,11 @@ class SpillKeyedRows(SpillValueState):
     ) -> None:
         """Load the state of ``keys`` (owned by the subtask; those paged in already are skipped)
         from the store into ``backend``. ``groups``: the keys' key groups, if known."""
-        fresh = [i for i, key in enumerate(keys) if key not in self._paged]
+        first: dict[Any, int] = {}
+        for i, key in enumerate(keys):
+            if key not in self._paged:
+                first.setdefault(key, i)  # a key listed twice (two of its timers due) loads once
+        fresh = list(first.values())
         if not fresh:
             return
         new = [keys[i] for i in fresh]

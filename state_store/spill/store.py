@@ -6,8 +6,8 @@ group, key), deduplicated (the last write of a key wins) and written as a new ru
 logical run, split into files of contiguous key groups of about the budget each (``FILE_FRACTION``).
 Reads look at the buffer, then at the runs newest first, one key group at a time, and stop at the
 first run that leaves no key unfound; a run's sorted keys are searched (binary search for integer
-keys, a hash of the wanted keys otherwise), never hashed whole. Too many logical runs trigger a size-tiered compaction that
-merges the newest runs of similar size, key group by key group.
+keys, a hash of the wanted keys otherwise), never hashed whole. Too many logical runs trigger a
+size-tiered compaction that merges the newest runs of similar size, key group by key group.
 
     put/delete --> write buffer --(budget/16 reached, or snapshot)--> run (immutable files)
                                                                        |

@@ -128,8 +128,9 @@ class BatchProcessOperator(KeyedOperator):
     def process_batch(self, batch: pa.RecordBatch) -> None:
         keys = self.keys_of(batch)
         uniques, _ = distinct_keys(keys)
+        groups = self.owned_key_groups(uniques)  # raises first for a key of another subtask
         self._chunk_keys = pa.array(uniques) if uniques else pa.array([], pa.null())
-        self._chunk_groups = self.owned_key_groups(uniques)
+        self._chunk_groups = groups
         rows = pa.Table.from_batches([batch]).append_column(KEY, keys)
         state = self._state_table(uniques, chunk=True)
         ts = batch.column(batch.schema.get_field_index("_ts")) if "_ts" in batch.schema.names else None
