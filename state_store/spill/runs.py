@@ -20,7 +20,6 @@ key group of one run, never by the run.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,7 +72,10 @@ def write_run(
 ) -> RunFile:
     """Stream ``batches`` (one per key group of ``key_groups``, in order) into a new run file.
 
-    Written to a temporary name, fsynced, checksummed, then renamed to ``<seq>-<digest>.arrow``.
+    Written to a temporary name, checksummed, then renamed to ``<seq>-<digest>.arrow``. Not
+    fsynced: a local run file is a cache of state whose durable copy is the checkpoint's upload,
+    and no local file is ever used without its size and checksum matching (``restore`` and
+    ``damaged_file`` check both), so a file torn by a machine crash is fetched again, never read.
     """
     tmp = directory / f".{seq:08d}.tmp"
     count = 0
@@ -84,8 +86,6 @@ def write_run(
     if count != len(key_groups):
         raise ValueError(f"run {seq}: {count} batches for {len(key_groups)} key groups")
     checksum, size = file_checksum(tmp)
-    with open(tmp, "rb") as f:
-        os.fsync(f.fileno())
     name = f"{seq:08d}-{checksums.parse(checksum)[1][:32]}.arrow"
     tmp.rename(directory / name)
     return RunFile(name, size, checksum)
