@@ -76,9 +76,9 @@ class SpillKeyedRows(SpillValueState):
         )
         self._kinds: dict[str, StateKind] = {}
         self._paged: dict[Any, str | None] = {}
+        """Keys paged in since the last page out, and their text as read (None: no state)."""
         self._paged_groups: dict[Any, int] = {}
         """The key group of every paged-in key (hashed once per page, passed to the store)."""
-        """Keys paged in since the last page out, and their text as read (None: no state)."""
         self._paged_bytes = 0
         self.page_peak_bytes = 0
         self.now_ms: int | None = None

@@ -403,9 +403,8 @@ def _find(sorted_keys: pa.Array, want: pa.Array) -> np.ndarray:
     matches = pc.indices_nonzero(pc.is_in(sorted_keys, value_set=want)).to_numpy()
     if not len(matches):
         return np.full(len(want), -1, dtype=np.int64)
-    hit = pc.index_in(want, value_set=sorted_keys.take(pa.array(matches))).to_numpy(zero_copy_only=False)
-    present = ~np.isnan(hit.astype(np.float64))
-    return np.where(present, matches[np.where(present, hit, 0).astype(np.int64)], -1).astype(np.int64)
+    hit = pc.fill_null(pc.index_in(want, value_set=sorted_keys.take(pa.array(matches))), -1).to_numpy()
+    return np.where(hit >= 0, matches[np.maximum(hit, 0)], -1).astype(np.int64)
 
 
 def _copied(batch: pa.RecordBatch) -> pa.RecordBatch:

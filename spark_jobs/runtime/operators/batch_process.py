@@ -173,11 +173,10 @@ class BatchProcessOperator(KeyedOperator):
         chunk), hashed (and checked to be this subtask's) only for keys the chunk did not have."""
         if not len(keys) or not keys.type.equals(self._chunk_keys.type):
             return self.owned_key_groups(keys)
-        at = pc.index_in(keys, value_set=self._chunk_keys).to_numpy(zero_copy_only=False)
-        known = ~np.isnan(at.astype(np.float64))
-        if not known.all():
+        at = pc.fill_null(pc.index_in(keys, value_set=self._chunk_keys), -1).to_numpy()
+        if (at < 0).any():
             return self.owned_key_groups(keys)
-        groups: np.ndarray = self._chunk_groups[at.astype(np.int64)]
+        groups: np.ndarray = self._chunk_groups[at]
         return groups
 
     def _apply_heap(self, ctx: _BatchContext) -> None:
