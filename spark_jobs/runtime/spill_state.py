@@ -291,7 +291,10 @@ def canonical_parts(
                 if source.form == ROWS_FORM:
                     groups, kinds = _decoded(spill.items(), source.kinds, now_ms)
                 else:
-                    groups = {kg: {state_name: tuple(_rows(batch))} for kg, batch in spill.items()}
+                    rows: dict[int, list[StateRow]] = {}
+                    for kg, batch in spill.items():  # a key group may come in several batches
+                        rows.setdefault(kg, []).extend(_rows(batch))
+                    groups = {kg: {state_name: tuple(r)} for kg, r in rows.items()}
                     kinds = {state_name: StateKind.VALUE}
             finally:
                 spill.close()

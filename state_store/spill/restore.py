@@ -48,6 +48,7 @@ def restore(
     *,
     memory_budget_bytes: int,
     max_runs: int = 4,
+    block_bytes: int | None = None,
 ) -> tuple[SpillStore, RestoreStats]:
     """A store over ``directory`` holding the state of ``sources`` for ``key_group_range``."""
     used = [(s, f) for s, f in sources if len(s.key_group_range.intersect(key_group_range))]
@@ -88,6 +89,7 @@ def restore(
         key_group_range,
         memory_budget_bytes=memory_budget_bytes,
         max_runs=max_runs,
+        block_bytes=block_bytes,
         _runs=runs,
         **({"key_type": key_type, "value_type": value_type} if key_type is not None else {}),
     )

@@ -3,11 +3,14 @@
 Writes go to an in-memory write buffer (Arrow batches of key group, key, value; a delete is a null
 value, a tombstone). When the buffer reaches ``budget / BUFFER_FRACTION`` it is sorted by (key
 group, key), deduplicated (the last write of a key wins) and written as a new run (``runs``): one
-logical run, split into files of contiguous key groups of about the budget each (``FILE_FRACTION``).
-Reads look at the buffer, then at the runs newest first, one key group at a time, and stop at the
-first run that leaves no key unfound; a run's sorted keys are searched (binary search for integer
-keys, a hash of the wanted keys otherwise), never hashed whole. Too many logical runs trigger a
-size-tiered compaction that merges the newest runs of similar size, key group by key group.
+logical run, split into files of about the budget each (``FILE_FRACTION``), cut between blocks.
+A run file keeps a key group in blocks of at most ``budget / BLOCK_FRACTION`` bytes with an index of
+each block's last key. Reads look at the buffer, then at the runs newest first, one key group at a
+time, read only the blocks that may hold a wanted key, one at a time, and stop at the first run that
+leaves no key unfound; a block's sorted keys are searched (binary search for integer keys, a hash of
+the wanted keys otherwise), never hashed whole. Too many logical runs trigger a size-tiered
+compaction that merges the newest runs of similar size: a streaming merge that holds one block of
+each merging run.
 
     put/delete --> write buffer --(budget/16 reached, or snapshot)--> run (immutable files)
                                                                        |
@@ -18,10 +21,10 @@ size-tiered compaction that merges the newest runs of similar size, key group by
 Invariants:
 
 * Memory: the store holds at most the write buffer (budget/16; a larger put is buffered in copied
-  pieces of that size), its sorted copy while flushing or reading, and the batches of ONE key
-  group of the runs being read or merged (``peak_memory_bytes`` accounts for these). The budget
-  must therefore exceed a few times the largest key group of a run (a key group is
-  1/max_parallelism of the state).
+  pieces of that size), its sorted copy while flushing or reading, ONE block while reading, and
+  one block of every merging run plus their merged part while merging (``peak_memory_bytes``
+  accounts for these). None of it grows with the size of a key group or of the state: a key group
+  larger than the budget is read and merged block by block.
 * Newest wins: for every (key group, key) the value is the one of the latest put/delete; the list
   of runs is ordered oldest first and a later run (or the buffer) shadows an earlier one.
 * Only key groups of the store's range are read, written or listed; a run adopted from a subtask
@@ -36,6 +39,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -43,7 +47,7 @@ import pyarrow.compute as pc
 
 from state_store.core.errors import BadInputError
 from state_store.core.keygroups import KeyGroupRange
-from state_store.spill.runs import RunFile, RunReader, schema, write_run
+from state_store.spill.runs import RunFile, RunReader, RunWriter, schema
 from state_store.spill.snapshots import SnapshotRun, SpillSnapshot
 
 BINARY = pa.binary()
@@ -52,11 +56,16 @@ MIN_BUDGET = 512 << 10
 BUFFER_FRACTION = 16
 """The write buffer is flushed as a run when it reaches ``budget / BUFFER_FRACTION`` bytes."""
 FILE_FRACTION = 1
-"""A run file holds about ``budget / FILE_FRACTION`` bytes at most (a larger run is split by key groups),
+"""A run file holds about ``budget / FILE_FRACTION`` bytes at most (a larger run is split between blocks),
 so an upload or a fetch, which holds one file in memory while the store is idle, stays within the
 budget. Measured on ``tests/unit/disk_state/test_spill_memory.py``'s workload: smaller files cost
 more peak RSS (4 per budget: 28 MB above base on a 16 MB budget; 2: 21 MB; 1: under 20 MB)."""
-"""Smallest accepted memory budget (1 MiB)."""
+MAX_FAN_IN = 6
+"""A merge reads at most this many logical runs at once (more are merged in passes, newest first)."""
+BLOCK_FRACTION = 32
+"""A block of a run file (the unit a read or a merge holds) has at most about ``budget / BLOCK_FRACTION``
+bytes. A merge of k runs holds a block of each (two where a run's files meet), the sorted keys and the
+merged part: at most about 3 * (MAX_FAN_IN + 2) / 32 of the budget."""
 _KG = "kg"
 _SEQ = "seq"
 
@@ -75,6 +84,7 @@ class SpillStore:
         key_type: pa.DataType = BINARY,
         value_type: pa.DataType = BINARY,
         max_runs: int = 4,
+        block_bytes: int | None = None,
         _runs: Sequence[tuple[RunReader, RunFile]] = (),
     ) -> None:
         if memory_budget_bytes < MIN_BUDGET:
@@ -94,6 +104,8 @@ class SpillStore:
         self.key_type = key_type
         self.value_type = value_type
         self.max_runs = max_runs
+        self.block_bytes = block_bytes or memory_budget_bytes // BLOCK_FRACTION
+        """Blocks are cut at about this many bytes (tests pass a few bytes to cut every few rows)."""
         self.expires_field: str | None = None
         """A field of the value struct holding when the entry expires (epoch ms; null: never). With
         ``now_ms``, a merge that drops tombstones (a full compaction) drops expired entries too:
@@ -112,7 +124,7 @@ class SpillStore:
         self.peak_buffer_bytes = 0
         self.peak_memory_bytes = 0
         """The store's own accounting of its peak: the write buffer plus what one read or merge held
-        at once (its sorted copy of the buffer, one key group's batches of every run). The values a
+        at once (its sorted copy of the buffer, the blocks it read or merged). The values a
         ``get`` returns belong to the caller's chunk and are not counted (as Flink's managed memory
         bounds RocksDB, not the records a task holds)."""
 
@@ -188,30 +200,48 @@ class SpillStore:
         if not self._buffer:
             return
         table = _newest_per_key(pa.Table.from_batches(self._buffer, self._schema))
-        self._held(table.nbytes)
+        self._held(self._buffer_bytes + table.nbytes)  # the buffer, its sorted keys, the result
         self._buffer, self._buffer_bytes = [], 0
         parts = dict(_split_by_key_group(table))
-        self._write_run(list(parts), parts.__getitem__, table.nbytes)
+        self._write_run(list(parts), lambda kg: iter([parts[kg]]))
         if len(self._logical_runs()) > self.max_runs:
             self.compact()
         _release()
 
     def _write_run(
-        self, key_groups: list[int], batch_of: Callable[[int], pa.RecordBatch], estimated_bytes: int
+        self, key_groups: list[int], batches_of: Callable[[int], Iterator[pa.RecordBatch]]
     ) -> None:
-        """One logical run of ``key_groups`` (ascending), ``batch_of(kg)`` called once per key group
-        in order; split into files of contiguous key groups of about ``budget / FILE_FRACTION``
-        bytes each (estimated from ``estimated_bytes``), so that no file an upload or a fetch
-        holds in memory exceeds that."""
-        pieces = max(1, min(len(key_groups), -(-estimated_bytes * FILE_FRACTION // self.budget)))
+        """One logical run of ``key_groups`` (ascending), ``batches_of(kg)`` (its entries in key
+        order, in batches of any size) called once per key group in order; cut into blocks of about
+        ``block_bytes``, written into files of about ``budget / FILE_FRACTION`` bytes each (a new
+        file starts at the block that reaches it, inside a key group if need be: the files of one
+        logical run hold disjoint keys), so that no file an upload or a fetch holds in memory
+        exceeds that."""
         run_id = self._seq
-        for chunk in np.array_split(np.asarray(key_groups, dtype=np.int64), pieces):
-            kgs = [int(kg) for kg in chunk]
-            sch = schema(self.key_type, self.value_type, kgs, run_id)
-            plain = sch.remove_metadata()
-            file = write_run(self.directory, self._seq, sch, kgs, (batch_of(kg).cast(plain) for kg in kgs))
-            self._runs.append((RunReader(self.directory / file.name, self._seq, self.key_group_range), file))
-            self._seq += 1
+        sch = schema(self.key_type, self.value_type, key_groups, run_id)
+        plain = sch.remove_metadata()
+        writer: RunWriter | None = None
+        for kg in key_groups:
+            for block in self._blocks(batches_of(kg)):
+                if writer is not None and writer.size_with(block) > self.budget // FILE_FRACTION:
+                    self._adopt(writer.close())
+                    writer = None
+                if writer is None:
+                    writer = RunWriter(self.directory, self._seq, sch)
+                writer.write(kg, block.cast(plain))
+        if writer is not None:
+            self._adopt(writer.close())
+
+    def _adopt(self, file: RunFile) -> None:
+        self._runs.append((RunReader(self.directory / file.name, self._seq, self.key_group_range), file))
+        self._seq += 1
+
+    def _blocks(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``batches`` cut into slices of about ``block_bytes`` (at least one row each)."""
+        for batch in batches:
+            rows = max(1, batch.num_rows * self.block_bytes // max(batch.nbytes, 1))
+            for lo in range(0, batch.num_rows, rows):
+                yield batch.slice(lo, rows)
 
     def _logical_runs(self) -> list[list[tuple[RunReader, RunFile]]]:
         """The runs grouped into logical runs (consecutive files of one ``run_id``), oldest first."""
@@ -227,59 +257,73 @@ class SpillStore:
         """Size-tiered: merge the newest logical runs into one, reaching back over each older run no
         larger than twice what is merged so far (so runs of similar size merge, and a large old run
         is rewritten only when the newer ones have grown to half its size); when that reaches the
-        oldest run (the base), or ``everything``, merge all of them and drop tombstones."""
-        logical = self._logical_runs()
-        if len(logical) < 2:
-            return
-        sizes = [sum(f.size for _, f in run) for run in logical]
-        first = 0 if everything else len(logical) - 1
-        merged = sizes[first]
-        while first > 0 and (first == len(logical) - 1 or sizes[first - 1] <= 2 * merged):
-            first -= 1
-            merged += sizes[first]
-        merge_all = first == 0
-        merging = [entry for run in logical[first:] for entry in run]
-        kept = [entry for run in logical[:first] for entry in run]
+        oldest run (the base), or ``everything``, merge all of them and drop tombstones. One merge
+        reads at most ``MAX_FAN_IN`` logical runs: more (after a rescale adopted many) are merged
+        newest first, ``MAX_FAN_IN`` at a time, until the rule is met."""
+        while len(logical := self._logical_runs()) >= 2:
+            sizes = [sum(f.size for _, f in run) for run in logical]
+            first = 0 if everything else len(logical) - 1
+            merged = sizes[first]
+            while first > 0 and (first == len(logical) - 1 or sizes[first - 1] <= 2 * merged):
+                first -= 1
+                merged += sizes[first]
+            truncated = len(logical) - first > MAX_FAN_IN
+            if truncated:
+                first = len(logical) - MAX_FAN_IN
+            self._merge(
+                [e for run in logical[first:] for e in run], [e for run in logical[:first] for e in run]
+            )
+            if not truncated:
+                break
+        _release()
+
+    def _merge(self, merging: list[tuple[RunReader, RunFile]], kept: list[tuple[RunReader, RunFile]]) -> None:
+        """Replace ``merging`` (the newest runs) by one logical run; without ``kept``, drop tombstones."""
         groups = sorted({kg for r, _ in merging for kg in r.key_groups if kg in self.key_group_range})
         self._runs = kept
-        # one key group of the merged runs in memory at a time
-        self._write_run(
-            groups,
-            lambda kg: self._merged(kg, merging, drop_tombstones=merge_all),
-            sum(f.size for _, f in merging),
-        )
+        self._write_run(groups, lambda kg: self._merged(kg, merging, drop_tombstones=not kept))
         for reader, file in merging:
             reader.close()
             self._obsolete.append(self.directory / file.name)
         self._delete_obsolete()
-        _release()
 
     def _merged(
         self, key_group: int, runs: Sequence[tuple[RunReader, RunFile]], drop_tombstones: bool
-    ) -> pa.RecordBatch:
-        """The newest entry per key of ``key_group`` over ``runs`` (oldest first), sorted by key."""
-        parts = []
-        for i, (reader, _) in enumerate(runs):
-            b = reader.batch(key_group)
-            if b is not None:
-                seq = pa.array(np.full(b.num_rows, i, dtype=np.int64))
-                kg = pa.array(np.full(b.num_rows, key_group, dtype=np.int32))
-                parts.append(pa.record_batch([kg, b.column(0), b.column(1), seq], schema=self._schema))
-        if not parts:
-            return pa.record_batch(
-                [pa.array([], self.key_type), pa.array([], self.value_type)], names=["key", "value"]
+    ) -> Iterator[pa.RecordBatch]:
+        """The newest entry per key of ``key_group`` over ``runs`` (oldest first), in key order, in
+        parts: a streaming merge holding one block of each run.
+
+        Each round merges, of every run's current block, the keys up to the bound: the smallest last
+        key among the current blocks of runs that have further blocks (no bound when none has). A
+        run's later blocks hold only larger keys, so every entry of a key up to the bound is in a
+        current block; the run whose block set the bound finishes it, so each round moves on."""
+        cursors = [_Cursor(i, reader) for i, (reader, _) in enumerate(runs) if reader.blocks(key_group)]
+        for c in cursors:
+            c.start(key_group)
+        while cursors := [c for c in cursors if c.batch is not None]:
+            bounded = [c for c in cursors if c.more]
+            bound = min(c.last_key() for c in bounded) if bounded else None
+            held = sum(c.held for c in cursors)
+            parts = [c.take(bound, key_group, self._schema) for c in cursors]
+            table = _newest_per_key(
+                pa.Table.from_batches([p for p in parts if p.num_rows], self._schema),
+                self._live if drop_tombstones else None,
             )
-        table = _newest_per_key(pa.Table.from_batches(parts, self._schema))
-        self._held(sum(p.nbytes for p in parts) + table.nbytes)
-        if drop_tombstones:
-            table = table.filter(pc.is_valid(table.column("value")))
-            if self.expires_field is not None and self.now_ms is not None and table.num_rows:
-                expires = pc.struct_field(table.column("value"), self.expires_field)
-                table = table.filter(pc.invert(pc.fill_null(pc.less_equal(expires, self.now_ms), False)))
-        return pa.record_batch(
-            [table.column("key").combine_chunks(), table.column("value").combine_chunks()],
-            names=["key", "value"],
-        )
+            self._held(2 * held + table.nbytes)  # the blocks, the sorted keys (at most as large), the result
+            del parts
+            if table.num_rows:
+                yield pa.record_batch(
+                    [table.column("key").combine_chunks(), table.column("value").combine_chunks()],
+                    names=["key", "value"],
+                )
+
+    def _live(self, table: pa.Table) -> pa.Array:
+        """Rows that are not tombstones and (with ``expires_field`` and ``now_ms``) not expired."""
+        live = pc.is_valid(table.column("value"))
+        if self.expires_field is not None and self.now_ms is not None:
+            expires = pc.struct_field(table.column("value"), self.expires_field)
+            live = pc.and_(live, pc.invert(pc.fill_null(pc.less_equal(expires, self.now_ms), False)))
+        return live
 
     def _delete_obsolete(self) -> None:
         keep = []
@@ -299,28 +343,30 @@ class SpillStore:
         )
         buf_parts = dict(_split_by_key_group(buffered)) if buffered is not None else {}
         copied = buffered.nbytes if buffered is not None else 0
+        self._held(self._buffer_bytes + copied)  # while sorting: the buffer's sorted keys too
         positions: list[np.ndarray] = []
         found: list[pa.Array] = []
         order = np.argsort(kgs, kind="stable")
         for kg, idx in _groups(kgs[order], order):
             want = keys.take(pa.array(idx))
             todo = np.ones(len(idx), dtype=bool)
-            held = copied
-            for source in [None, *reversed(self._runs)]:  # the buffer, then the runs newest first
+            batch = buf_parts.get(kg)
+            if batch is not None:
+                todo &= ~self._found(batch, want, np.arange(len(idx)), idx, positions, found)
+            for reader, _ in reversed(self._runs):  # the runs newest first
                 if not todo.any():
                     break  # read no older run once every key is found
-                batch = buf_parts.get(kg) if source is None else source[0].batch(kg)
-                if batch is None:
+                blocks = reader.blocks(kg)
+                if not blocks:
                     continue
-                if source is not None:
-                    held += batch.nbytes
-                    self._held(held)
-                hit = _find(batch.column("key"), want)
-                new = todo & (hit >= 0)
-                if new.any():
-                    positions.append(idx[new])
-                    found.append(batch.column("value").take(pa.array(hit[new])))
-                    todo &= ~new
+                per_block = _rows_per_block(reader.last_keys(kg), want, todo)
+                for block, rows in zip(blocks, per_block, strict=True):
+                    if not len(rows):
+                        continue  # the index says no wanted key can be in this block
+                    batch = reader.block(block)
+                    self._held(copied + batch.nbytes)
+                    sought = want if len(rows) == len(want) else want.take(pa.array(rows))
+                    todo[rows[self._found(batch, sought, rows, idx, positions, found)]] = False
         _release()
         if not positions:
             return pa.nulls(len(keys), self.value_type)
@@ -331,6 +377,24 @@ class SpillStore:
         allvals = pa.concat_arrays([vals, pa.nulls(len(missing), self.value_type)])
         return allvals.take(pa.array(np.argsort(allpos, kind="stable")))
 
+    @staticmethod
+    def _found(
+        batch: pa.RecordBatch,
+        want: pa.Array,
+        rows: np.ndarray,
+        idx: np.ndarray,
+        positions: list[np.ndarray],
+        found: list[pa.Array],
+    ) -> np.ndarray:
+        """Look ``want`` (rows ``rows`` of a key group's wanted keys, at ``idx[rows]`` of the call)
+        up in ``batch``; record the positions and values found; the mask of ``want`` found."""
+        hit = _find(batch.column("key"), want)
+        hits = hit >= 0
+        if hits.any():
+            positions.append(idx[rows[hits]])
+            found.append(batch.column("value").take(pa.array(hit[hits])))
+        return hits
+
     def key_groups(self) -> list[int]:
         """The key groups of this store's range that have entries in runs or the buffer (maybe deleted)."""
         groups = {kg for r, _ in self._runs for kg in r.key_groups}
@@ -339,18 +403,20 @@ class SpillStore:
         return sorted(kg for kg in groups if kg in self.key_group_range)
 
     def items(self, key_group_range: KeyGroupRange | None = None) -> Iterator[tuple[int, pa.RecordBatch]]:
-        """(key group, batch of live ``key``/``value`` sorted by key) for every non-empty key group of
-        ``key_group_range`` (default: the store's), ascending. One key group in memory at a time."""
+        """(key group, batch of live ``key``/``value``) for every non-empty key group of
+        ``key_group_range`` (default: the store's), in (key group, key) order; a key group may come
+        in several batches. One block of each run in memory at a time."""
         wanted = (
             self.key_group_range
             if key_group_range is None
             else self.key_group_range.intersect(key_group_range)
         )
         self.flush()
+        if len(self._logical_runs()) > MAX_FAN_IN:
+            self.compact()  # a merge of every run below reads at most MAX_FAN_IN of them
         for kg in self.key_groups():
             if kg in wanted:
-                batch = self._merged(kg, self._runs, drop_tombstones=True)
-                if batch.num_rows:
+                for batch in self._merged(kg, self._runs, drop_tombstones=True):
                     yield kg, batch
 
     # ---------------------------------------------------------------------------------- snapshot
@@ -418,18 +484,26 @@ def _release() -> None:
     pa.default_memory_pool().release_unused()
 
 
-def _newest_per_key(table: pa.Table) -> pa.Table:
-    """Sort by (kg, key, seq) and keep the last row of every (kg, key)."""
-    table = table.sort_by([(_KG, "ascending"), ("key", "ascending"), (_SEQ, "ascending")])
+def _newest_per_key(table: pa.Table, keep: Callable[[pa.Table], pa.Array] | None = None) -> pa.Table:
+    """The last row (highest seq) of every (kg, key), sorted by (kg, key); with ``keep`` (a row mask
+    of ``table``), only those of them it keeps. One copy of the result: the sort orders indices,
+    only the kg and key columns are copied to find the last rows, then the rows kept are taken."""
     n = table.num_rows
-    if n < 2:
+    if n < 2 and keep is None:
         return table
-    kg, key = table.column(_KG).combine_chunks(), table.column("key").combine_chunks()
-    differs = pc.or_(
-        pc.not_equal(kg.slice(1), kg.slice(0, n - 1)), pc.not_equal(key.slice(1), key.slice(0, n - 1))
-    ).to_numpy(zero_copy_only=False)
-    last = np.append(differs, True)
-    return table.filter(pa.array(last))
+    order = pc.sort_indices(table, sort_keys=[(_KG, "ascending"), ("key", "ascending"), (_SEQ, "ascending")])
+    last = np.ones(n, dtype=bool)
+    if n > 1:
+        kg = table.column(_KG).take(order).combine_chunks()
+        key = table.column("key").take(order).combine_chunks()
+        differs = pc.or_(
+            pc.not_equal(kg.slice(1), kg.slice(0, n - 1)), pc.not_equal(key.slice(1), key.slice(0, n - 1))
+        )
+        last[:-1] = differs.to_numpy(zero_copy_only=False)
+        del kg, key
+    if keep is not None:
+        last &= keep(table).take(order).to_numpy(zero_copy_only=False)
+    return table.take(order.filter(pa.array(last)))
 
 
 def _split_by_key_group(table: pa.Table) -> Iterator[tuple[int, pa.RecordBatch]]:
@@ -452,3 +526,80 @@ def _groups(sorted_kgs: np.ndarray, idx: np.ndarray) -> Iterator[tuple[int, np.n
     bounds = np.flatnonzero(np.diff(sorted_kgs)) + 1
     for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(sorted_kgs)], strict=True):
         yield int(sorted_kgs[lo]), idx[lo:hi]
+
+
+def _rows_per_block(last_keys: pa.Array | None, want: pa.Array, todo: np.ndarray) -> list[np.ndarray]:
+    """The rows of ``want`` still ``todo`` that each block of a key group may hold (one array per
+    block): block j holds the keys above block j-1's last key up to its own; the last block gets
+    every key above the others (``last_keys`` None: one block, it gets them all)."""
+    rows = np.flatnonzero(todo)
+    if last_keys is None:
+        return [rows]
+    n = len(last_keys)
+    if pa.types.is_integer(last_keys.type):
+        block = np.searchsorted(last_keys.to_numpy(), want.take(pa.array(rows)).to_numpy(), side="left")
+    else:
+        pending = want.take(pa.array(rows))
+        block = np.full(len(rows), n - 1, dtype=np.int64)
+        for j in range(n - 2, -1, -1):  # the first block whose last key is >= the key
+            below = pc.less_equal(pending, last_keys[j]).to_numpy(zero_copy_only=False)
+            block[below] = j
+    block = np.minimum(block, n - 1)
+    return [rows[block == j] for j in range(n)]
+
+
+class _Cursor:
+    """One run's position in a key group during a streaming merge: its current block (the rows not
+    merged yet) and the blocks after it."""
+
+    def __init__(self, seq: int, reader: RunReader) -> None:
+        self.seq = seq
+        self.reader = reader
+        self.batch: pa.RecordBatch | None = None
+        self.held = 0
+        self._todo: list[int] = []
+
+    def start(self, key_group: int) -> None:
+        self._todo = list(self.reader.blocks(key_group))
+        self._next()
+
+    @property
+    def more(self) -> bool:
+        return bool(self._todo)
+
+    def last_key(self) -> Any:
+        assert self.batch is not None
+        return self.batch.column(0)[self.batch.num_rows - 1].as_py()
+
+    def _next(self) -> None:
+        self.batch, self.held = None, 0
+        while self._todo and self.batch is None:
+            block = self.reader.block(self._todo.pop(0))
+            if block.num_rows:
+                self.batch, self.held = block, block.nbytes
+
+    def take(self, bound: object, key_group: int, sch: pa.Schema) -> pa.RecordBatch:
+        """The current block's rows with keys up to ``bound`` (all when None) as (kg, key, value,
+        seq) rows; the cursor keeps the rest, or moves to its next block."""
+        assert self.batch is not None
+        batch = self.batch
+        if bound is None:
+            n = batch.num_rows
+        else:
+            n = int(
+                pc.sum(pc.less_equal(batch.column(0), pa.scalar(bound, batch.column(0).type))).as_py() or 0
+            )
+        part = batch.slice(0, n)
+        if n == batch.num_rows:
+            self._next()
+        else:
+            self.batch = batch.slice(n)
+        return pa.record_batch(
+            [
+                pa.array(np.full(n, key_group, dtype=np.int32)),
+                part.column(0),
+                part.column(1),
+                pa.array(np.full(n, self.seq, dtype=np.int64)),
+            ],
+            schema=sch,
+        )

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from state_store.core.keygroups import KeyGroupRange, key_group_of
 from state_store.spill import RunFile, SpillSnapshot, SpillStore, restore
+from state_store.spill.runs import RunReader
 
 MAX_P = 8
 FULL = KeyGroupRange(0, MAX_P - 1)
@@ -25,6 +26,9 @@ KEYS_OF: dict[str, list[object]] = {
 TYPES = {"binary": pa.binary(), "int64": pa.int64()}
 KEYS = KEYS_OF["binary"]
 BUDGET = 1 << 20
+BLOCKS = {"a key group a block": None, "a row a block": 1}
+"""Block sizes: the default (a key group of this test fits one block) and one row per block (every
+read prunes blocks by the index, every merge streams several blocks of each run)."""
 
 keys_st = st.integers(0, 23)  # an index into KEYS_OF[key type]
 op_st = st.one_of(
@@ -92,10 +96,11 @@ def lookups(store: SpillStore, keys: list[object]) -> dict[object, int]:
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@pytest.mark.parametrize("block_bytes", BLOCKS.values(), ids=BLOCKS)
 @pytest.mark.parametrize("key_type", TYPES)
 @given(ops=st.lists(op_st, max_size=25))
 def test_spill_store_matches_a_dict_model(
-    tmp_path_factory: object, key_type: str, ops: list[tuple[str, object]]
+    tmp_path_factory: object, key_type: str, block_bytes: int | None, ops: list[tuple[str, object]]
 ) -> None:
     tmp = Path(tmp_path_factory.mktemp("spill"))  # type: ignore[attr-defined]
     remote = Remote(tmp / "remote")
@@ -104,6 +109,7 @@ def test_spill_store_matches_a_dict_model(
         tmp / "s0",
         FULL,
         memory_budget_bytes=BUDGET,
+        block_bytes=block_bytes,
         key_type=TYPES[key_type],
         value_type=pa.int64(),
         max_runs=2,
@@ -134,7 +140,12 @@ def test_spill_store_matches_a_dict_model(
             store.close()
             where = store.directory if arg else tmp / f"s{next(dirs)}"
             store, stats = restore(
-                where, [(snap, remote.fetch())], FULL, memory_budget_bytes=BUDGET, max_runs=2
+                where,
+                [(snap, remote.fetch())],
+                FULL,
+                memory_budget_bytes=BUDGET,
+                block_bytes=block_bytes,
+                max_runs=2,
             )
             assert bool(arg) or not stats.adopted
             model = dict(snap_model)
@@ -146,7 +157,11 @@ def test_spill_store_matches_a_dict_model(
             halves = []
             for r in (KeyGroupRange(0, split - 1), KeyGroupRange(split, MAX_P - 1)):
                 half, _ = restore(
-                    tmp / f"s{next(dirs)}", [(new, remote.fetch())], r, memory_budget_bytes=BUDGET
+                    tmp / f"s{next(dirs)}",
+                    [(new, remote.fetch())],
+                    r,
+                    memory_budget_bytes=BUDGET,
+                    block_bytes=block_bytes,
                 )
                 items = [(k, 100 + i) for i, k in enumerate(keys) if kg(k) in r][:3]
                 if items:
@@ -161,11 +176,17 @@ def test_spill_store_matches_a_dict_model(
                 [(h, remote.fetch()) for h in halves],
                 FULL,
                 memory_budget_bytes=BUDGET,
+                block_bytes=block_bytes,
                 max_runs=2,
             )
             snap = None
         assert lookups(store, keys) == model
     assert contents(store) == model
+    if block_bytes == 1:  # the runs really are cut into blocks of one row each
+        for f in store.snapshot_files():
+            reader = RunReader(store.directory / f.name, 0)
+            assert all(reader.block(b).num_rows == 1 for bs in reader.key_groups.values() for b in bs)
+            reader.close()
     store.close()
 
 
