@@ -54,6 +54,7 @@ import numpy as np
 import pyarrow as pa
 
 from spark_jobs.api.functions import BATCH_STATE
+from spark_jobs.runtime.allocator import use_jemalloc_for_state_on_disk
 from spark_jobs.runtime.keys import key_groups as key_groups_of
 from state_store.core import checksums
 from state_store.core.errors import BadInputError
@@ -244,6 +245,7 @@ def restored_store(
     """A store over ``directory`` with the state of ``sources`` for ``key_group_range`` (fetched,
     verified by ``state_store.spill.restore``; a damaged file is refused naming its store key:
     ``DamagedRunFileError``)."""
+    use_jemalloc_for_state_on_disk()
     try:
         return restore(
             directory,
@@ -483,6 +485,7 @@ class SpillValueState:
 
     def _open(self, key_type: pa.DataType) -> SpillStore:
         if self.store is None:
+            use_jemalloc_for_state_on_disk()
             self.store = SpillStore(
                 self.directory,
                 self.key_group_range,
