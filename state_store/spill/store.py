@@ -60,6 +60,9 @@ FILE_FRACTION = 1
 so an upload or a fetch, which holds one file in memory while the store is idle, stays within the
 budget. Measured on ``tests/unit/disk_state/test_spill_memory.py``'s workload: smaller files cost
 more peak RSS (4 per budget: 28 MB above base on a 16 MB budget; 2: 21 MB; 1: under 20 MB)."""
+READ_FRACTION = 4
+"""A read searches consecutive blocks of a run's key group together, up to ``budget / READ_FRACTION``
+bytes (fewer, larger searches: each costs a fixed ~0.1 ms of Arrow calls whatever its size)."""
 MAX_FAN_IN = 6
 """A merge reads at most this many logical runs at once (more are merged in passes, newest first)."""
 BLOCK_FRACTION = 32
@@ -352,21 +355,27 @@ class SpillStore:
             todo = np.ones(len(idx), dtype=bool)
             batch = buf_parts.get(kg)
             if batch is not None:
-                todo &= ~self._found(batch, want, np.arange(len(idx)), idx, positions, found)
+                todo &= ~self._searched([(batch, np.arange(len(idx)))], want, idx, positions, found, copied)
             for reader, _ in reversed(self._runs):  # the runs newest first
                 if not todo.any():
                     break  # read no older run once every key is found
                 blocks = reader.blocks(kg)
                 if not blocks:
                     continue
+                group: list[tuple[pa.RecordBatch, np.ndarray]] = []  # blocks read, searched at once
+                group_bytes = 0
                 per_block = _rows_per_block(reader.last_keys(kg), want, todo)
                 for block, rows in zip(blocks, per_block, strict=True):
                     if not len(rows):
                         continue  # the index says no wanted key can be in this block
                     batch = reader.block(block)
-                    self._held(copied + batch.nbytes)
-                    sought = want if len(rows) == len(want) else want.take(pa.array(rows))
-                    todo[rows[self._found(batch, sought, rows, idx, positions, found)]] = False
+                    if group and group_bytes + batch.nbytes > self.budget // READ_FRACTION:
+                        todo &= ~self._searched(group, want, idx, positions, found, copied)
+                        group, group_bytes = [], 0
+                    group.append((batch, rows))
+                    group_bytes += batch.nbytes
+                if group:
+                    todo &= ~self._searched(group, want, idx, positions, found, copied)
         _release()
         if not positions:
             return pa.nulls(len(keys), self.value_type)
@@ -377,23 +386,38 @@ class SpillStore:
         allvals = pa.concat_arrays([vals, pa.nulls(len(missing), self.value_type)])
         return allvals.take(pa.array(np.argsort(allpos, kind="stable")))
 
-    @staticmethod
-    def _found(
-        batch: pa.RecordBatch,
+    def _searched(
+        self,
+        group: list[tuple[pa.RecordBatch, np.ndarray]],
         want: pa.Array,
-        rows: np.ndarray,
         idx: np.ndarray,
         positions: list[np.ndarray],
         found: list[pa.Array],
+        copied: int,
     ) -> np.ndarray:
-        """Look ``want`` (rows ``rows`` of a key group's wanted keys, at ``idx[rows]`` of the call)
-        up in ``batch``; record the positions and values found; the mask of ``want`` found."""
-        hit = _find(batch.column("key"), want)
+        """Look up, in consecutive blocks of one run's key group (each with the rows of ``want`` it
+        may hold), those rows; record the call positions (``idx[row]``) and values found; return the
+        mask of ``want``'s rows found. The blocks are searched as one (chunked) key column."""
+        keys: pa.Array | pa.ChunkedArray
+        values: pa.Array | pa.ChunkedArray
+        if len(group) == 1:
+            ((batch, rows),) = group
+            keys, values = batch.column(0), batch.column(1)
+            self._held(copied + batch.nbytes)
+        else:
+            rows = np.sort(np.concatenate([r for _, r in group]))  # all of want's rows: 0..n-1 in order
+            keys = pa.chunked_array([b.column(0) for b, _ in group])
+            values = pa.chunked_array([b.column(1) for b, _ in group])
+            self._held(copied + sum(b.nbytes for b, _ in group) + keys.nbytes)  # a search may copy the keys
+        hit = _find(keys, want if len(rows) == len(want) else want.take(pa.array(rows)))
         hits = hit >= 0
+        mask = np.zeros(len(want), dtype=bool)
         if hits.any():
             positions.append(idx[rows[hits]])
-            found.append(batch.column("value").take(pa.array(hit[hits])))
-        return hits
+            taken = values.take(pa.array(hit[hits]))
+            found.append(taken.combine_chunks() if isinstance(taken, pa.ChunkedArray) else taken)
+            mask[rows[hits]] = True
+        return mask
 
     def key_groups(self) -> list[int]:
         """The key groups of this store's range that have entries in runs or the buffer (maybe deleted)."""
@@ -454,7 +478,7 @@ class SpillStore:
         return f"SpillStore({os.fspath(self.directory)!r}, {r.first}..{r.last}, runs={len(self._runs)})"
 
 
-def _find(sorted_keys: pa.Array, want: pa.Array) -> np.ndarray:
+def _find(sorted_keys: pa.Array | pa.ChunkedArray, want: pa.Array) -> np.ndarray:
     """The row of each of ``want`` in ``sorted_keys`` (ascending, distinct), -1 where it is absent.
 
     Integer keys: a binary search (``np.searchsorted``, m log n). Other keys: a hash set of the m
@@ -469,7 +493,10 @@ def _find(sorted_keys: pa.Array, want: pa.Array) -> np.ndarray:
     matches = pc.indices_nonzero(pc.is_in(sorted_keys, value_set=want)).to_numpy()
     if not len(matches):
         return np.full(len(want), -1, dtype=np.int64)
-    hit = pc.fill_null(pc.index_in(want, value_set=sorted_keys.take(pa.array(matches))), -1).to_numpy()
+    matched = sorted_keys.take(pa.array(matches))
+    if isinstance(matched, pa.ChunkedArray):
+        matched = matched.combine_chunks()
+    hit = pc.fill_null(pc.index_in(want, value_set=matched), -1).to_numpy()
     return np.where(hit >= 0, matches[np.maximum(hit, 0)], -1).astype(np.int64)
 
 
