@@ -191,8 +191,7 @@ class RunReader:
         self._last_keys: dict[int, pa.Array] = {}
         if last_keys is not None:
             for kg, blocks in self.key_groups.items():
-                if len(blocks) > 1:
-                    self._last_keys[kg] = last_keys.slice(blocks[0], len(blocks))
+                self._last_keys[kg] = last_keys.slice(blocks[0], len(blocks))
         self.size = path.stat().st_size
 
     def blocks(self, key_group: int) -> list[int]:
@@ -200,7 +199,7 @@ class RunReader:
         return self.key_groups.get(key_group, [])
 
     def last_keys(self, key_group: int) -> pa.Array | None:
-        """The largest key of each block of ``key_group``; None when it has at most one block."""
+        """The largest key of each block of ``key_group``; None in a version-1 file (one block)."""
         return self._last_keys.get(key_group)
 
     def block(self, i: int) -> pa.RecordBatch:

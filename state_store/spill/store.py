@@ -63,6 +63,9 @@ more peak RSS (4 per budget: 28 MB above base on a 16 MB budget; 2: 21 MB; 1: un
 READ_FRACTION = 4
 """A read searches consecutive blocks of a run's key group together, up to ``budget / READ_FRACTION``
 bytes (fewer, larger searches: each costs a fixed ~0.1 ms of Arrow calls whatever its size)."""
+PRUNE_BELOW = 2
+"""A read prunes a key group's blocks by the index only when it wants fewer than this many keys per
+block; with more, nearly every block holds one, and one search of all of them costs less."""
 MAX_FAN_IN = 6
 """A merge reads at most this many logical runs at once (more are merged in passes, newest first)."""
 BLOCK_FRACTION = 32
@@ -248,13 +251,7 @@ class SpillStore:
 
     def _logical_runs(self) -> list[list[tuple[RunReader, RunFile]]]:
         """The runs grouped into logical runs (consecutive files of one ``run_id``), oldest first."""
-        groups: list[list[tuple[RunReader, RunFile]]] = []
-        for entry in self._runs:
-            if groups and groups[-1][0][0].run_id == entry[0].run_id:
-                groups[-1].append(entry)
-            else:
-                groups.append([entry])
-        return groups
+        return _logical(self._runs)
 
     def compact(self, everything: bool = False) -> None:
         """Size-tiered: merge the newest logical runs into one, reaching back over each older run no
@@ -270,21 +267,31 @@ class SpillStore:
             while first > 0 and (first == len(logical) - 1 or sizes[first - 1] <= 2 * merged):
                 first -= 1
                 merged += sizes[first]
-            truncated = len(logical) - first > MAX_FAN_IN
-            if truncated:
-                first = len(logical) - MAX_FAN_IN
-            self._merge(
-                [e for run in logical[first:] for e in run], [e for run in logical[:first] for e in run]
-            )
+            last = len(logical)
+            truncated = last - first > MAX_FAN_IN
+            if truncated:  # the MAX_FAN_IN neighbours of least size first: a tree of merges, not a chain
+                first = min(
+                    range(first, last - MAX_FAN_IN + 1), key=lambda i: (sum(sizes[i : i + MAX_FAN_IN]), -i)
+                )
+                last = first + MAX_FAN_IN
+            parts = (logical[:first], logical[first:last], logical[last:])
+            self._merge(*[[e for run in part for e in run] for part in parts])
             if not truncated:
                 break
         _release()
 
-    def _merge(self, merging: list[tuple[RunReader, RunFile]], kept: list[tuple[RunReader, RunFile]]) -> None:
-        """Replace ``merging`` (the newest runs) by one logical run; without ``kept``, drop tombstones."""
+    def _merge(
+        self,
+        before: list[tuple[RunReader, RunFile]],
+        merging: list[tuple[RunReader, RunFile]],
+        after: list[tuple[RunReader, RunFile]],
+    ) -> None:
+        """Replace ``merging`` (consecutive logical runs) by one logical run in their place, between
+        the older runs ``before`` and the newer ``after``; without ``before``, drop tombstones."""
         groups = sorted({kg for r, _ in merging for kg in r.key_groups if kg in self.key_group_range})
-        self._runs = kept
-        self._write_run(groups, lambda kg: self._merged(kg, merging, drop_tombstones=not kept))
+        self._runs = before
+        self._write_run(groups, lambda kg: self._merged(kg, merging, drop_tombstones=not before))
+        self._runs += after
         for reader, file in merging:
             reader.close()
             self._obsolete.append(self.directory / file.name)
@@ -294,15 +301,17 @@ class SpillStore:
         self, key_group: int, runs: Sequence[tuple[RunReader, RunFile]], drop_tombstones: bool
     ) -> Iterator[pa.RecordBatch]:
         """The newest entry per key of ``key_group`` over ``runs`` (oldest first), in key order, in
-        parts: a streaming merge holding one block of each run.
+        parts: a streaming merge holding one block of each logical run (whose files hold disjoint
+        key ranges, in order: one sequence of blocks).
 
         Each round merges, of every run's current block, the keys up to the bound: the smallest last
         key among the current blocks of runs that have further blocks (no bound when none has). A
         run's later blocks hold only larger keys, so every entry of a key up to the bound is in a
         current block; the run whose block set the bound finishes it, so each round moves on."""
-        cursors = [_Cursor(i, reader) for i, (reader, _) in enumerate(runs) if reader.blocks(key_group)]
+        cursors = [_Cursor(i, _blocks_of(run, key_group)[0]) for i, run in enumerate(_logical(runs))]
+        cursors = [c for c in cursors if c.more]
         for c in cursors:
-            c.start(key_group)
+            c.start()
         while cursors := [c for c in cursors if c.batch is not None]:
             bounded = [c for c in cursors if c.more]
             bound = min(c.last_key() for c in bounded) if bounded else None
@@ -350,32 +359,39 @@ class SpillStore:
         positions: list[np.ndarray] = []
         found: list[pa.Array] = []
         order = np.argsort(kgs, kind="stable")
+        logical = self._logical_runs()
         for kg, idx in _groups(kgs[order], order):
             want = keys.take(pa.array(idx))
             todo = np.ones(len(idx), dtype=bool)
             batch = buf_parts.get(kg)
             if batch is not None:
-                todo &= ~self._searched([(batch, np.arange(len(idx)))], want, idx, positions, found, copied)
-            for reader, _ in reversed(self._runs):  # the runs newest first
+                todo[self._searched([(batch, np.arange(len(idx)))], want, idx, positions, found, copied)] = (
+                    False
+                )
+            for run in reversed(logical):  # the logical runs newest first
                 if not todo.any():
                     break  # read no older run once every key is found
-                blocks = reader.blocks(kg)
+                blocks, last_keys = _blocks_of(run, kg)
                 if not blocks:
                     continue
                 group: list[tuple[pa.RecordBatch, np.ndarray]] = []  # blocks read, searched at once
                 group_bytes = 0
-                per_block = _rows_per_block(reader.last_keys(kg), want, todo)
-                for block, rows in zip(blocks, per_block, strict=True):
+                rows_todo = np.flatnonzero(todo)
+                if last_keys is not None and len(rows_todo) < PRUNE_BELOW * len(blocks):
+                    per_block = _rows_per_block(last_keys, want, todo)  # few keys: read only their blocks
+                else:  # many keys: nearly every block holds one; search all of them for every key
+                    per_block = [rows_todo] * len(blocks)
+                for (reader, block), rows in zip(blocks, per_block, strict=True):
                     if not len(rows):
                         continue  # the index says no wanted key can be in this block
                     batch = reader.block(block)
                     if group and group_bytes + batch.nbytes > self.budget // READ_FRACTION:
-                        todo &= ~self._searched(group, want, idx, positions, found, copied)
+                        todo[self._searched(group, want, idx, positions, found, copied)] = False
                         group, group_bytes = [], 0
                     group.append((batch, rows))
                     group_bytes += batch.nbytes
                 if group:
-                    todo &= ~self._searched(group, want, idx, positions, found, copied)
+                    todo[self._searched(group, want, idx, positions, found, copied)] = False
         _release()
         if not positions:
             return pa.nulls(len(keys), self.value_type)
@@ -396,8 +412,9 @@ class SpillStore:
         copied: int,
     ) -> np.ndarray:
         """Look up, in consecutive blocks of one run's key group (each with the rows of ``want`` it
-        may hold), those rows; record the call positions (``idx[row]``) and values found; return the
-        mask of ``want``'s rows found. The blocks are searched as one (chunked) key column."""
+        may hold; rows may repeat between blocks), those rows; record the call positions
+        (``idx[row]``) and values found; return the rows of ``want`` found. The blocks are searched
+        as one (chunked) key column."""
         keys: pa.Array | pa.ChunkedArray
         values: pa.Array | pa.ChunkedArray
         if len(group) == 1:
@@ -405,19 +422,21 @@ class SpillStore:
             keys, values = batch.column(0), batch.column(1)
             self._held(copied + batch.nbytes)
         else:
-            rows = np.sort(np.concatenate([r for _, r in group]))  # all of want's rows: 0..n-1 in order
+            rows = group[0][1]
+            if any(r is not rows for _, r in group):  # pruned: each block its own rows
+                rows = np.unique(np.concatenate([r for _, r in group]))  # sorted, as want's rows are
             keys = pa.chunked_array([b.column(0) for b, _ in group])
             values = pa.chunked_array([b.column(1) for b, _ in group])
-            self._held(copied + sum(b.nbytes for b, _ in group) + keys.nbytes)  # a search may copy the keys
+            held = sum(b.nbytes + b.column(0).nbytes for b, _ in group)  # a search may copy the keys
+            self._held(copied + held)
         hit = _find(keys, want if len(rows) == len(want) else want.take(pa.array(rows)))
         hits = hit >= 0
-        mask = np.zeros(len(want), dtype=bool)
-        if hits.any():
-            positions.append(idx[rows[hits]])
-            taken = values.take(pa.array(hit[hits]))
-            found.append(taken.combine_chunks() if isinstance(taken, pa.ChunkedArray) else taken)
-            mask[rows[hits]] = True
-        return mask
+        if not hits.any():
+            return rows[:0]
+        positions.append(idx[rows[hits]])
+        taken = values.take(pa.array(hit[hits]))
+        found.append(taken.combine_chunks() if isinstance(taken, pa.ChunkedArray) else taken)
+        return rows[hits]
 
     def key_groups(self) -> list[int]:
         """The key groups of this store's range that have entries in runs or the buffer (maybe deleted)."""
@@ -437,7 +456,7 @@ class SpillStore:
         )
         self.flush()
         if len(self._logical_runs()) > MAX_FAN_IN:
-            self.compact()  # a merge of every run below reads at most MAX_FAN_IN of them
+            self.compact(everything=True)  # so the merge of every run below reads at most MAX_FAN_IN
         for kg in self.key_groups():
             if kg in wanted:
                 for batch in self._merged(kg, self._runs, drop_tombstones=True):
@@ -555,6 +574,36 @@ def _groups(sorted_kgs: np.ndarray, idx: np.ndarray) -> Iterator[tuple[int, np.n
         yield int(sorted_kgs[lo]), idx[lo:hi]
 
 
+def _logical(runs: Sequence[tuple[RunReader, RunFile]]) -> list[list[tuple[RunReader, RunFile]]]:
+    """``runs`` grouped into logical runs (consecutive files of one ``run_id``), in order."""
+    groups: list[list[tuple[RunReader, RunFile]]] = []
+    for entry in runs:
+        if groups and groups[-1][0][0].run_id == entry[0].run_id:
+            groups[-1].append(entry)
+        else:
+            groups.append([entry])
+    return groups
+
+
+def _blocks_of(
+    run: Sequence[tuple[RunReader, RunFile]], key_group: int
+) -> tuple[list[tuple[RunReader, int]], pa.Array | None]:
+    """The blocks of ``key_group`` in one logical run (its files hold disjoint key ranges, in key
+    order: one sequence) and their last keys (None: version-1 files, one block per key group)."""
+    blocks: list[tuple[RunReader, int]] = []
+    last: list[pa.Array] = []
+    for reader, _ in run:
+        mine = reader.blocks(key_group)
+        if mine:
+            blocks += [(reader, b) for b in mine]
+            keys = reader.last_keys(key_group)
+            if keys is not None:
+                last.append(keys)
+    if len(blocks) < 2 or sum(len(k) for k in last) != len(blocks):
+        return blocks, None
+    return blocks, last[0] if len(last) == 1 else pa.concat_arrays(last)
+
+
 def _rows_per_block(last_keys: pa.Array | None, want: pa.Array, todo: np.ndarray) -> list[np.ndarray]:
     """The rows of ``want`` still ``todo`` that each block of a key group may hold (one array per
     block): block j holds the keys above block j-1's last key up to its own; the last block gets
@@ -576,18 +625,16 @@ def _rows_per_block(last_keys: pa.Array | None, want: pa.Array, todo: np.ndarray
 
 
 class _Cursor:
-    """One run's position in a key group during a streaming merge: its current block (the rows not
-    merged yet) and the blocks after it."""
+    """One logical run's position in a key group during a streaming merge: its current block (the
+    rows not merged yet) and the blocks after it (over its files, in key order)."""
 
-    def __init__(self, seq: int, reader: RunReader) -> None:
+    def __init__(self, seq: int, blocks: list[tuple[RunReader, int]]) -> None:
         self.seq = seq
-        self.reader = reader
         self.batch: pa.RecordBatch | None = None
         self.held = 0
-        self._todo: list[int] = []
+        self._todo = list(blocks)
 
-    def start(self, key_group: int) -> None:
-        self._todo = list(self.reader.blocks(key_group))
+    def start(self) -> None:
         self._next()
 
     @property
@@ -601,7 +648,8 @@ class _Cursor:
     def _next(self) -> None:
         self.batch, self.held = None, 0
         while self._todo and self.batch is None:
-            block = self.reader.block(self._todo.pop(0))
+            reader, i = self._todo.pop(0)
+            block = reader.block(i)
             if block.num_rows:
                 self.batch, self.held = block, block.nbytes
 

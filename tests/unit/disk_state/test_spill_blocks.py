@@ -14,7 +14,7 @@ import pyarrow.ipc as ipc
 
 from state_store.core.keygroups import KeyGroupRange
 from state_store.spill import RunFile, SpillSnapshot, SpillStore, restore
-from state_store.spill.runs import RunReader, file_checksum
+from state_store.spill.runs import RunReader, RunWriter, file_checksum
 from state_store.spill.snapshots import SnapshotRun
 
 BUDGET = 1 << 20
@@ -157,4 +157,57 @@ def test_a_version_1_run_file_is_read_and_rewritten_as_version_2(tmp_path: Path)
         (2, [5]),
         (2, [9]),
     ]
+    store.close()
+
+
+def test_a_key_group_cut_across_files_is_one_sequence_of_blocks_to_a_read(tmp_path: Path) -> None:
+    """The files of one run hold disjoint key ranges of a key group: a read of its lowest key reads
+    one block, not the first block of every file."""
+    store = SpillStore(tmp_path / "s", KeyGroupRange(0, 0), memory_budget_bytes=BUDGET, key_type=pa.int64())
+    keys = np.arange(100_000, dtype=np.int64)
+    store.put(np.zeros(len(keys), dtype=np.int32), pa.array(keys), pa.array([b"%030d" % k for k in keys]))
+    store.flush()
+    store.compact(everything=True)
+    assert len(store.snapshot_files()) >= 3  # one logical run in several files
+    read: list[int] = []
+    original = RunReader.block
+    try:
+        RunReader.block = lambda self, i: read.append(i) or original(self, i)  # type: ignore[method-assign]
+        for k in (0, 50_000, 99_999, -1, 100_000):
+            assert store.get(np.zeros(1, dtype=np.int32), pa.array([k])).to_pylist() == [
+                b"%030d" % k if 0 <= k < 100_000 else None
+            ]
+    finally:
+        RunReader.block = original  # type: ignore[method-assign]
+    assert len(read) == 5, read  # one block per key (the two absent keys: the first and the last block)
+    store.close()
+
+
+def test_merging_many_runs_is_a_tree_of_merges_not_a_chain(tmp_path: Path) -> None:
+    """Sixty runs (a rescale from many subtasks adopts that many) compacted into one rewrite the
+    state about log6(60) times, not once per pass: at most 4x the state's bytes are written."""
+    store = SpillStore(
+        tmp_path / "s",
+        RANGE,
+        memory_budget_bytes=BUDGET,
+        key_type=pa.int64(),
+        value_type=pa.int64(),
+        max_runs=1_000,
+    )
+    for i in range(60):
+        k = np.arange(i * 1_000, (i + 1) * 1_000, dtype=np.int64)
+        store.put(k % 2, pa.array(k), pa.array(k))
+        store.flush()
+    total = store.disk_bytes
+    written: list[int] = []
+    close = RunWriter.close
+    try:
+        RunWriter.close = lambda self: (f := close(self), written.append(f.size))[0]  # type: ignore[method-assign]
+        store.compact(everything=True)
+    finally:
+        RunWriter.close = close  # type: ignore[method-assign]
+    assert len(store.snapshot_files()) == 1
+    assert sum(written) <= 4 * total, (sum(written), total)
+    got = store.get(np.arange(60_000) % 2, pa.array(np.arange(60_000, dtype=np.int64)))
+    assert got.to_pylist() == list(range(60_000))
     store.close()
