@@ -5,15 +5,15 @@ allocator (mimalloc) a process's peak RSS measured 2-5x the store's own accounti
 (``tests/unit/disk_state/test_spill_memory.py``: 10.7-12.2 MB above base on a 4 MiB budget with
 key groups of 20 MB), with jemalloc 2.2-2.6 MB. Flink's images use jemalloc for the same reason
 (fragmentation under RocksDB). So the first store a process opens switches Arrow's default pool to
-jemalloc, once, and says so in the log -- unless ``ARROW_DEFAULT_MEMORY_POOL`` is set (the
-operator's choice wins) or this pyarrow build has no jemalloc. Buffers allocated before keep their
-own pool; nothing else changes.
+jemalloc, once, and says so in the log -- unless Arrow's default is not mimalloc (an operator who
+set ``ARROW_DEFAULT_MEMORY_POOL=system`` or ``jemalloc`` chose; Arrow read that itself, so this
+module reads no environment) or this pyarrow build has no jemalloc. Buffers allocated before keep
+their own pool; nothing else changes.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 
 import pyarrow as pa
@@ -30,8 +30,8 @@ def use_jemalloc_for_state_on_disk() -> None:
         if _chosen:
             return
         _chosen = True
-        if os.environ.get("ARROW_DEFAULT_MEMORY_POOL"):
-            return
+        if pa.default_memory_pool().backend_name != "mimalloc":
+            return  # the operator chose an allocator (ARROW_DEFAULT_MEMORY_POOL), or this build's default
         try:
             pool = pa.jemalloc_memory_pool()
         except NotImplementedError:
@@ -43,5 +43,5 @@ def use_jemalloc_for_state_on_disk() -> None:
         pa.set_memory_pool(pool)
         log.info(
             "state on disk: Arrow now allocates with jemalloc (its peak RSS stays near the state budget;"
-            " set ARROW_DEFAULT_MEMORY_POOL to choose another allocator)"
+            " set ARROW_DEFAULT_MEMORY_POOL=system to keep another allocator)"
         )
