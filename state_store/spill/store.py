@@ -309,9 +309,6 @@ class SpillStore:
         run's later blocks hold only larger keys, so every entry of a key up to the bound is in a
         current block; the run whose block set the bound finishes it, so each round moves on."""
         cursors = [_Cursor(i, _blocks_of(run, key_group)[0]) for i, run in enumerate(_logical(runs))]
-        cursors = [c for c in cursors if c.more]
-        for c in cursors:
-            c.start()
         while cursors := [c for c in cursors if c.batch is not None]:
             bounded = [c for c in cursors if c.more]
             bound = min(c.last_key() for c in bounded) if bounded else None
@@ -633,9 +630,7 @@ class _Cursor:
         self.batch: pa.RecordBatch | None = None
         self.held = 0
         self._todo = list(blocks)
-
-    def start(self) -> None:
-        self._next()
+        self._next()  # the first non-empty block (None: the run has none in this key group)
 
     @property
     def more(self) -> bool:
